@@ -1,0 +1,43 @@
+// backend.h — the only door from the core to a device.
+//
+// Like mimalloc's prim.h or jemalloc's extent hooks: a handful of primitive
+// operations the caching core needs, nothing else.  The shim implements it
+// with the real driver (shim/cuda_backend.cpp); the tests implement it with
+// host address ranges and scripted events (tests/fake/fake_backend.h).
+// Every method returns a driver-numbered Status; none may throw.
+#pragma once
+
+#include "types.h"
+
+namespace cachalloc {
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // Segments: one call each to the device's own allocator.
+  virtual Status segment_alloc(std::size_t size, DevicePtr* out) = 0;
+  virtual Status segment_free(DevicePtr ptr) = 0;
+  virtual Status mem_info(std::size_t* free_bytes, std::size_t* total_bytes) = 0;
+
+  // Events order reuse across streams.  event_query returns kSuccess once
+  // all work recorded before the event has completed, kNotReady before.
+  virtual Status event_create(EventId* out) = 0;
+  virtual Status event_record(EventId event, StreamId stream) = 0;
+  virtual Status event_query(EventId event) = 0;
+  virtual Status event_synchronize(EventId event) = 0;
+  virtual Status event_destroy(EventId event) = 0;
+
+  // Virtual-memory primitives for expandable segments: reserve an address
+  // range, create physical chunks, map/unmap them (mapping also grants the
+  // device read/write access).
+  virtual Status vm_granularity(std::size_t* out) = 0;
+  virtual Status vm_reserve(std::size_t size, DevicePtr* out) = 0;
+  virtual Status vm_release_range(DevicePtr base, std::size_t size) = 0;
+  virtual Status vm_create(std::size_t size, MemHandle* out) = 0;
+  virtual Status vm_release(MemHandle handle) = 0;
+  virtual Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) = 0;
+  virtual Status vm_unmap(DevicePtr at, std::size_t size) = 0;
+};
+
+}  // namespace cachalloc

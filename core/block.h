@@ -1,0 +1,68 @@
+// block.h — blocks, segments and the pools that index free blocks.
+//
+// Invariants (checked by CachingAllocator::validate()):
+//  * A segment is one device allocation [base, base+size).  Its blocks tile
+//    it exactly: head->ptr == base, b->next->ptr == b->ptr + b->size, the
+//    last block ends at base+size, and prev/next link both ways.
+//  * A block is in exactly one state: allocated (in the live-block map),
+//    pending (freed, waiting for pending_events events), or free (in its
+//    segment's pool, keyed by (stream, size, ptr)).
+//  * No two neighbouring blocks are both free: free() merges them.
+//  * Every block of a segment carries the segment's stream and pool; a block
+//    is only reused on that stream (cross-stream reuse goes through events).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "types.h"
+
+namespace cachalloc {
+
+struct Segment;
+
+struct Block {
+  DevicePtr ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;   // client's size while allocated
+  StreamId stream = 0;         // stream whose pool the block returns to
+  Segment* segment = nullptr;
+  Block* prev = nullptr;       // neighbour at lower address, same segment
+  Block* next = nullptr;       // neighbour at higher address, same segment
+  bool allocated = false;
+  int pending_events = 0;      // events to complete before the block is free
+  std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
+  std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+  bool is_free() const { return !allocated && pending_events == 0; }
+};
+
+struct Segment {
+  DevicePtr base = 0;
+  std::size_t size = 0;
+  StreamId stream = 0;
+  bool small = false;
+  Block* head = nullptr;
+};
+
+// Best fit within a stream: order by stream, then size, then address, so that
+// lower_bound({stream, size}) is the smallest fitting block on that stream.
+struct BlockBySize {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+struct BlockPool {
+  explicit BlockPool(bool is_small) : small(is_small) {}
+  std::set<Block*, BlockBySize> blocks;
+  const bool small;
+  std::uint64_t lookups = 0;  // get_free_block calls: the clock garbage collection ages blocks by
+};
+
+}  // namespace cachalloc

@@ -1,0 +1,151 @@
+// caching_allocator.h — the caching core for one device context.
+//
+// Path of an allocation: malloc() rounds the size (size_policy.h), picks the
+// small or large pool, completes any finished events (so blocks waiting on
+// other streams come back), takes the best-fitting free block on the
+// caller's stream and splits it if the rest is worth keeping; on a miss it
+// asks the backend for a new segment, and on a device failure it runs the
+// out-of-memory path (release one cached segment, retry; release all,
+// retry; fail).  free() returns the block to its stream's pool, merged with
+// free neighbours, or — when other streams used it — parks it until events
+// recorded on those streams complete.
+//
+// Thread safety: every public method takes the allocator's mutex.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend.h"
+#include "block.h"
+#include "config.h"
+#include "observer.h"
+#include "stats.h"
+
+namespace cachalloc {
+
+// Thrown by validate() only (tests and debug builds); never on a client path.
+struct InvariantError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+class CachingAllocator {
+ public:
+  // `backend` must outlive the allocator.  `device` is only a label for
+  // observers and reports.
+  CachingAllocator(DeviceBackend* backend, const Config& config, int device = 0);
+  ~CachingAllocator();  // returns every cached segment (not live ones) to the backend
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Allocates `size` bytes for use on `stream`.  kInvalidValue for size 0,
+  // kOutOfMemory after the retry path, or a backend error.
+  Status malloc(DevicePtr* out, std::size_t size, StreamId stream);
+
+  // Returns a live block.  kNotOwned when `ptr` lies outside every segment
+  // (the caller passes it on to the driver); kInvalidValue when it is inside
+  // one but not the start of a live block (double free, interior pointer) —
+  // and then nothing changes.
+  Status free(DevicePtr ptr);
+
+  // Like free(), but the block becomes reusable only after all work enqueued
+  // so far on each of `streams` has completed (one event per stream).
+  Status free_fenced(DevicePtr ptr, std::span<const StreamId> streams);
+
+  // Marks a live block as used on `stream`: its free will wait for that stream.
+  Status record_stream(DevicePtr ptr, StreamId stream);
+
+  // Whether `ptr` is the start of a live block of this allocator.
+  bool is_live(DevicePtr ptr) const;
+  // The stream a live block was allocated on (0 if `ptr` is not live).
+  StreamId stream_of(DevicePtr ptr) const;
+
+  // Completes pending events by waiting, then returns every whole free
+  // segment to the device.
+  void empty_cache();
+
+  // Bytes that empty_cache() could give back right now (free whole segments
+  // plus those only waiting on events).
+  std::size_t releasable_bytes() const;
+  // per_process_memory_fraction * device total.
+  std::size_t allowed_bytes() const { return allowed_bytes_; }
+
+  DeviceStats stats() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  std::vector<SegmentInfo> snapshot() const;
+  const Config& config() const { return config_; }
+  int device() const { return device_; }
+
+  // Observers see every alloc/free/segment/oom event (observer.h).
+  void set_observer(AllocatorObserver* observer);
+
+  // Checks every invariant of block.h and recounts the statistics; throws
+  // InvariantError naming the first violation.
+  void validate() const;
+
+ private:
+  struct PendingEvent {
+    EventId event;
+    Block* block;
+  };
+
+  Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
+  Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
+  Block* find_live(DevicePtr ptr) const;
+  bool inside_segment(DevicePtr ptr) const;
+  BlockPool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
+
+  // Search and carve (allocation_path.cpp).
+  Block* take_free_block(BlockPool& pool, std::size_t size, StreamId stream);
+  Block* new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
+  Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
+  Block* carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested);
+  bool should_split(const Block* block, std::size_t size, const BlockPool& pool) const;
+
+  // Returning blocks (free_path.cpp).
+  void deactivate(Block* block);
+  void return_to_pool(Block* block);
+  std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
+  void park_until(Block* block, std::span<const StreamId> streams);
+  void process_events();
+  void synchronize_events();
+
+  // Giving memory back (release_path.cpp).
+  void release_segment(Block* block);
+  bool release_one_cached(std::size_t size);
+  void release_all_cached();
+  void collect_garbage();
+  void report_oom(std::size_t requested, std::size_t rounded, StreamId stream);
+
+  // Events from a pool, not created per free.
+  EventId acquire_event(Status* err);
+  void recycle_event(EventId event);
+
+  void notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
+
+  DeviceBackend* backend_;
+  const Config config_;
+  const int device_;
+  std::size_t allowed_bytes_ = 0;
+  std::size_t device_total_ = 0;
+  mutable std::mutex mutex_;
+
+  BlockPool small_pool_{true};
+  BlockPool large_pool_{false};
+  std::unordered_map<DevicePtr, Block*> live_;   // allocated blocks by address
+  std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
+  std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;  // per stream, in record order
+  std::vector<EventId> spare_events_;
+  DeviceStats stats_;
+  AllocatorObserver* observer_ = nullptr;
+};
+
+}  // namespace cachalloc

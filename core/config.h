@@ -1,0 +1,60 @@
+// config.h — every setting a user can give in CACHALLOC_CONF.
+//
+// Syntax is PyTorch's PYTORCH_CUDA_ALLOC_CONF: "key:value,key:[a:b,c:d]",
+// whitespace ignored.  parse_config() either fills a Config completely or
+// returns one message naming the key, the bad value and what is accepted;
+// it never falls back silently to a default for bad input.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace cachalloc {
+
+enum class HandleType { automatic, posix_fd, fabric, none };
+// How a plain cuMemFree/cudaFree makes its block safe to reuse (docs/DESIGN.md):
+//   stream — reuse in stream order on the legacy stream (PyTorch's rule);
+//   fence  — events on every live stream, reuse once they complete;
+//   device — synchronize the context, as cudaFree itself does;
+//   automatic — stream while the context has no other stream, else fence.
+enum class FreeSync { automatic, fence, stream, device };
+enum class LogLevel { trace, debug, info, warn, err, critical, off };
+
+// roundup_power2_divisions is given per power-of-two size interval, as in
+// PyTorch: entry 0 covers sizes below 2 MiB, entry i sizes in
+// [2^i MiB, 2^(i+1) MiB), the last entry everything from 32 GiB up.
+// 0 means "no power-of-two rounding" for that interval.
+inline constexpr int kPower2Intervals = 16;
+
+struct Config {
+  // --- caching core ---
+  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();  // bytes; max() = unlimited
+  std::size_t max_non_split_rounding = 20u << 20;                          // bytes
+  std::array<std::size_t, kPower2Intervals> roundup_power2_divisions{};    // per interval
+  double garbage_collection_threshold = 0.0;                               // 0 = off
+  double per_process_memory_fraction = 1.0;
+  bool expandable_segments = false;
+  HandleType expandable_segments_handle_type = HandleType::automatic;
+  // --- interposer ---
+  FreeSync free_sync = FreeSync::automatic;
+  // --- observability ---
+  std::string stats;                 // "" = no dump, "stderr", or a path template
+  std::string snapshot;              // path template, "" = none
+  int snapshot_signal = 0;           // signal number, 0 = none
+  std::string trace;                 // path template, "" = none
+  std::size_t trace_max_entries = 1u << 20;
+  LogLevel log_level = LogLevel::warn;
+  std::string log_file;              // "" = stderr
+
+  // The text form of every key, in CACHALLOC_CONF syntax (for dumps).
+  std::string to_string() const;
+};
+
+// Parses `text` into `*out` (which starts from defaults).  Returns "" on
+// success, else one human-readable message.
+std::string parse_config(std::string_view text, Config* out);
+
+}  // namespace cachalloc

@@ -1,0 +1,68 @@
+// process_report.h — what the interposer hands the observability layer at
+// exit (or on a signal): per-device allocator state plus the counters only an
+// interposer knows.  The shim fills it; core/obs formats and writes it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "observer.h"
+#include "stats.h"
+
+namespace cachalloc::obs {
+
+// Entry points the shim counts, named as the driver/runtime names them.
+enum class Entry : int {
+  cuMemAlloc_v2,
+  cuMemFree_v2,
+  cuMemAllocAsync,
+  cuMemFreeAsync,
+  cuMemAllocAsync_ptsz,
+  cuMemFreeAsync_ptsz,
+  cuMemGetInfo_v2,
+  cudaMalloc,
+  cudaFree,
+  cudaMallocAsync,
+  cudaFreeAsync,
+  cudaMemGetInfo,
+  count
+};
+const char* entry_name(Entry e);
+
+// Why a call went to the real driver instead of the cache.
+enum class Passthrough : int { capture, foreign_pointer, count };
+const char* passthrough_name(Passthrough p);
+
+// Updated with relaxed atomics on the hot path; read once at exit.
+struct InterposerCounters {
+  std::array<std::atomic<std::uint64_t>, static_cast<int>(Entry::count)> calls{};
+  std::array<std::atomic<std::uint64_t>, static_cast<int>(Passthrough::count)> passthrough{};
+  std::atomic<std::uint64_t> ns_inside{0};  // wall time inside cachalloc's wrappers
+
+  void count(Entry e) { calls[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
+  void count(Passthrough p) { passthrough[static_cast<int>(p)].fetch_add(1, std::memory_order_relaxed); }
+};
+
+struct DeviceReport {
+  int device = 0;                      // CUDA device ordinal
+  DeviceStats stats;
+  std::size_t device_total = 0;        // bytes
+  std::vector<SegmentInfo> segments;   // filled for snapshots only
+};
+
+struct ProcessReport {
+  Config config;
+  std::string command_line;            // argv joined by spaces
+  int pid = 0;
+  std::vector<DeviceReport> devices;
+  // Copied out of InterposerCounters (plain numbers, so reports can be built in tests).
+  std::array<std::uint64_t, static_cast<int>(Entry::count)> calls{};
+  std::array<std::uint64_t, static_cast<int>(Passthrough::count)> passthrough{};
+  std::uint64_t ns_inside = 0;
+};
+
+}  // namespace cachalloc::obs

@@ -1,0 +1,46 @@
+// size_policy.cpp — rounding rules (see size_policy.h for the numbers' origin).
+#include "size_policy.h"
+
+#include <bit>
+
+namespace cachalloc {
+
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+
+// Rounds `size` up to the next of `divisions` equal steps between the power
+// of two below it and the one above: with 4 divisions, 1200 MiB lies in
+// [1024, 2048) whose steps are 256 MiB, so it becomes 1280 MiB.
+std::size_t round_to_power2_division(std::size_t size, std::size_t divisions) {
+  if (std::has_single_bit(size)) return size;
+  const std::size_t floor_pow2 = std::bit_floor(size);
+  const std::size_t step = floor_pow2 / std::bit_floor(divisions);
+  if (step == 0) return floor_pow2 << 1;
+  return round_up(size, step);
+}
+
+}  // namespace
+
+int power2_interval(std::size_t size) {
+  // Interval 0 holds everything below 2 MiB (PyTorch's intervals start at
+  // 1 MiB), the last one everything from 2^(20+15) bytes up.
+  const int log2 = std::bit_width(size) - 1;
+  const int index = log2 > 20 ? log2 - 20 : 0;
+  return index < kPower2Intervals ? index : kPower2Intervals - 1;
+}
+
+std::size_t round_size(std::size_t size, const Config& config) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const std::size_t divisions = config.roundup_power2_divisions[power2_interval(size)];
+  if (divisions > 1 && size > kMinBlockSize * divisions) return round_to_power2_division(size, divisions);
+  return round_up(size, kMinBlockSize);
+}
+
+std::size_t segment_size_for(std::size_t rounded) {
+  if (rounded <= kSmallSize) return kSmallBuffer;
+  if (rounded < kMinLargeAlloc) return kLargeBuffer;
+  return round_up(rounded, kRoundLarge);
+}
+
+}  // namespace cachalloc

@@ -1,0 +1,36 @@
+// size_policy.h — how a request becomes a block size, a pool and a segment size.
+//
+// The numbers are PyTorch's CUDACachingAllocator's, so that a program sees
+// the same rounding and the same segment sizes under cachalloc:
+//   blocks are multiples of 512 B (or power-of-two divisions when configured);
+//   requests <= 1 MiB live in the small pool, carved from 2 MiB segments;
+//   requests in (1 MiB, 10 MiB) get a 20 MiB segment; larger ones their size
+//   rounded up to 2 MiB.
+#pragma once
+
+#include <cstddef>
+
+#include "config.h"
+#include "types.h"
+
+namespace cachalloc {
+
+inline constexpr std::size_t kMinBlockSize = 512;        // every block a multiple of this
+inline constexpr std::size_t kSmallSize = 1 * MiB;       // largest "small" request
+inline constexpr std::size_t kSmallBuffer = 2 * MiB;     // small-pool segment size
+inline constexpr std::size_t kLargeBuffer = 20 * MiB;    // segment for 1–10 MiB requests
+inline constexpr std::size_t kMinLargeAlloc = 10 * MiB;  // from here segments fit the request
+inline constexpr std::size_t kRoundLarge = 2 * MiB;      // large segments round to this
+
+// Block size for a request of `size` bytes under `config`.
+std::size_t round_size(std::size_t size, const Config& config);
+
+// Segment size to ask the device for when no cached block fits `rounded`.
+std::size_t segment_size_for(std::size_t rounded);
+
+inline bool is_small_request(std::size_t rounded) { return rounded <= kSmallSize; }
+
+// Index of the roundup_power2_divisions interval that `size` falls in.
+int power2_interval(std::size_t size);
+
+}  // namespace cachalloc

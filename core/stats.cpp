@@ -1,0 +1,70 @@
+// stats.cpp — naming and resetting DeviceStats.
+#include "stats.h"
+
+namespace cachalloc {
+
+const char* stat_type_name(StatType t) {
+  switch (t) {
+    case StatType::aggregate: return "all";
+    case StatType::small_pool: return "small_pool";
+    case StatType::large_pool: return "large_pool";
+  }
+  return "?";
+}
+
+namespace {
+
+template <typename Fn>
+void for_each_array(DeviceStats& s, Fn fn) {
+  for (StatArray* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                         &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (Stat& st : arr->a) fn(st);
+  fn(s.oversize_allocations);
+  fn(s.oversize_segments);
+}
+
+void add_stat(std::vector<std::pair<std::string, std::int64_t>>& out, const std::string& prefix, const Stat& s) {
+  out.emplace_back(prefix + ".current", s.current);
+  out.emplace_back(prefix + ".peak", s.peak);
+  out.emplace_back(prefix + ".allocated", s.allocated);
+  out.emplace_back(prefix + ".freed", s.freed);
+}
+
+}  // namespace
+
+void DeviceStats::reset_peak() {
+  for_each_array(*this, [](Stat& s) { s.reset_peak(); });
+}
+
+void DeviceStats::reset_accumulated() {
+  for_each_array(*this, [](Stat& s) { s.reset_accumulated(); });
+  num_alloc_retries = 0;
+  num_ooms = 0;
+  num_sync_all_streams = 0;
+  num_device_alloc = 0;
+  num_device_free = 0;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  const std::pair<const char*, const StatArray*> arrays[] = {
+      {"allocation", &s.allocation},          {"segment", &s.segment},
+      {"active", &s.active},                  {"inactive_split", &s.inactive_split},
+      {"allocated_bytes", &s.allocated_bytes}, {"reserved_bytes", &s.reserved_bytes},
+      {"active_bytes", &s.active_bytes},      {"inactive_split_bytes", &s.inactive_split_bytes},
+      {"requested_bytes", &s.requested_bytes}};
+  for (const auto& [name, arr] : arrays)
+    for (int t = 0; t < kNumStatTypes; ++t)
+      add_stat(out, std::string(name) + "." + stat_type_name(static_cast<StatType>(t)), arr->a[t]);
+  out.emplace_back("num_alloc_retries", s.num_alloc_retries);
+  out.emplace_back("num_ooms", s.num_ooms);
+  add_stat(out, "oversize_allocations", s.oversize_allocations);
+  add_stat(out, "oversize_segments", s.oversize_segments);
+  out.emplace_back("num_sync_all_streams", s.num_sync_all_streams);
+  out.emplace_back("num_device_alloc", s.num_device_alloc);
+  out.emplace_back("num_device_free", s.num_device_free);
+  out.emplace_back("max_split_size", s.max_split_size);
+  return out;
+}
+
+}  // namespace cachalloc

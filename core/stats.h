@@ -1,0 +1,81 @@
+// stats.h — DeviceStats, field for field as PyTorch's
+// c10::CachingDeviceAllocator::DeviceStats, so that numbers read from a
+// cachalloc dump compare directly with torch.cuda.memory_stats().
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cachalloc {
+
+struct Stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;  // cumulative increases
+  std::int64_t freed = 0;      // cumulative decreases
+
+  void increase(std::int64_t amount) {
+    current += amount;
+    allocated += amount;
+    if (current > peak) peak = current;
+  }
+  void decrease(std::int64_t amount) {
+    current -= amount;
+    freed += amount;
+  }
+  void reset_peak() { peak = current; }
+  void reset_accumulated() { allocated = 0; freed = 0; }
+};
+
+// Index into a StatArray, named as torch.cuda.memory_stats() names them.
+enum class StatType : int { aggregate = 0, small_pool = 1, large_pool = 2 };
+inline constexpr int kNumStatTypes = 3;
+const char* stat_type_name(StatType t);  // "all", "small_pool", "large_pool"
+
+struct StatArray {
+  std::array<Stat, kNumStatTypes> a{};
+  Stat& operator[](StatType t) { return a[static_cast<int>(t)]; }
+  const Stat& operator[](StatType t) const { return a[static_cast<int>(t)]; }
+  // Updates the aggregate and the pool's own entry together.
+  void increase(bool small, std::int64_t amount) {
+    a[0].increase(amount);
+    a[small ? 1 : 2].increase(amount);
+  }
+  void decrease(bool small, std::int64_t amount) {
+    a[0].decrease(amount);
+    a[small ? 1 : 2].decrease(amount);
+  }
+};
+
+struct DeviceStats {
+  StatArray allocation;            // COUNT: allocations requested by clients
+  StatArray segment;               // COUNT: segments obtained from the device
+  StatArray active;                // COUNT: active (allocated or awaiting events) blocks
+  StatArray inactive_split;        // COUNT: free blocks inside split segments
+  StatArray allocated_bytes;       // SUM: bytes handed to clients
+  StatArray reserved_bytes;        // SUM: bytes in segments
+  StatArray active_bytes;          // SUM: bytes in active blocks
+  StatArray inactive_split_bytes;  // SUM: bytes in inactive split blocks
+  StatArray requested_bytes;       // SUM: bytes clients asked for (before rounding)
+
+  std::int64_t num_alloc_retries = 0;  // device allocations that failed and were retried after a cache flush
+  std::int64_t num_ooms = 0;           // allocations that finally failed
+  Stat oversize_allocations;           // allocations >= max_split_size
+  Stat oversize_segments;              // segments >= max_split_size
+  std::int64_t num_sync_all_streams = 0;  // synchronizations of every pending event
+  std::int64_t num_device_alloc = 0;      // device allocation calls (segment_alloc / vm_create)
+  std::int64_t num_device_free = 0;       // device free calls
+  std::int64_t max_split_size = 0;        // configured max_split_size, bytes
+
+  void reset_peak();
+  void reset_accumulated();
+};
+
+// One (key, value) per scalar, named exactly as torch.cuda.memory_stats()
+// names them ("allocated_bytes.all.current", "num_ooms", ...), in a stable
+// order.  Dumps and the reader script use these names.
+std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s);
+
+}  // namespace cachalloc

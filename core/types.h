@@ -1,0 +1,34 @@
+// types.h — the vocabulary shared by every layer: status codes, opaque handles.
+//
+// The core never includes a CUDA header.  Streams, events and device pointers
+// are opaque integers here; the shim casts CUstream/CUevent/CUdeviceptr to
+// them.  Status codes use the CUDA driver's own numbering (CUresult) so that
+// the shim can return them unchanged: "same error codes as the driver".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cachalloc {
+
+using Status = int;
+inline constexpr Status kSuccess = 0;        // CUDA_SUCCESS
+inline constexpr Status kInvalidValue = 1;   // CUDA_ERROR_INVALID_VALUE
+inline constexpr Status kOutOfMemory = 2;    // CUDA_ERROR_OUT_OF_MEMORY
+inline constexpr Status kDeinitialized = 4;  // CUDA_ERROR_DEINITIALIZED
+inline constexpr Status kNotReady = 600;     // CUDA_ERROR_NOT_READY
+inline constexpr Status kNotSupported = 801; // CUDA_ERROR_NOT_SUPPORTED
+// Not a driver code: the pointer lies outside every segment the allocator
+// owns, so the caller should hand it to the real driver.
+inline constexpr Status kNotOwned = -1;
+
+using DevicePtr = std::uintptr_t;  // CUdeviceptr
+using StreamId = std::uintptr_t;   // CUstream; 0 is the legacy default stream
+using EventId = std::uintptr_t;    // CUevent
+using MemHandle = std::uintptr_t;  // CUmemGenericAllocationHandle
+
+inline constexpr std::size_t KiB = 1024;
+inline constexpr std::size_t MiB = 1024 * KiB;
+inline constexpr std::size_t GiB = 1024 * MiB;
+
+}  // namespace cachalloc

@@ -1,0 +1,140 @@
+// fake_backend.h — a DeviceBackend for tests and benchmarks, no GPU needed.
+//
+// Hands out disjoint address ranges from a fake device of `total` bytes
+// (addresses only, no memory behind them), counts every call, keeps events
+// pending until the test completes them, and fails the next N segment
+// allocations on request — like rmm's limiting upstream or harfbuzz's
+// failing allocator.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "backend.h"
+
+namespace cachalloc::testing {
+
+class FakeBackend final : public DeviceBackend {
+ public:
+  explicit FakeBackend(std::size_t total = 80 * GiB) : total_(total) {}
+
+  // ---- knobs for tests ----
+  void fail_next_allocs(int n) { fail_next_ = n; }
+  // Events complete only when the test says so, unless auto-complete is on.
+  void set_auto_complete(bool on) { auto_complete_ = on; }
+  void complete_all_events() {
+    for (auto& [id, ev] : events_) ev.done = true;
+  }
+  void complete_events_on(StreamId stream) {
+    for (auto& [id, ev] : events_)
+      if (ev.recorded && ev.stream == stream) ev.done = true;
+  }
+  // Sets the memory that someone else holds on the device.
+  void set_foreign_usage(std::size_t bytes) { foreign_ = bytes; }
+
+  // ---- observations ----
+  std::size_t used() const { return used_; }
+  std::size_t live_segments() const { return segments_.size(); }
+  int alloc_calls = 0, free_calls = 0, failed_allocs = 0;
+  int event_creates = 0, event_records = 0, event_queries = 0, event_syncs = 0, event_destroys = 0;
+  std::size_t live_events() const { return events_.size(); }
+  bool has_segment(DevicePtr p) const { return segments_.count(p) != 0; }
+
+  // ---- DeviceBackend ----
+  Status segment_alloc(std::size_t size, DevicePtr* out) override {
+    ++alloc_calls;
+    if (fail_next_ > 0) {
+      --fail_next_;
+      ++failed_allocs;
+      return kOutOfMemory;
+    }
+    if (size == 0) return kInvalidValue;
+    if (used_ + foreign_ + size > total_) {
+      ++failed_allocs;
+      return kOutOfMemory;
+    }
+    *out = next_addr_;
+    next_addr_ += (size + 0xFFFF) & ~std::size_t{0xFFFF};  // never reuse addresses: stale pointers stay detectable
+    next_addr_ += 0x10000;                                  // gap so adjacent segments never touch
+    segments_[*out] = size;
+    used_ += size;
+    return kSuccess;
+  }
+  Status segment_free(DevicePtr ptr) override {
+    ++free_calls;
+    auto it = segments_.find(ptr);
+    if (it == segments_.end()) throw std::logic_error("FakeBackend: segment_free of an unknown pointer");
+    used_ -= it->second;
+    segments_.erase(it);
+    return kSuccess;
+  }
+  Status mem_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
+    *free_bytes = total_ - used_ - foreign_;
+    *total_bytes = total_;
+    return kSuccess;
+  }
+  Status event_create(EventId* out) override {
+    ++event_creates;
+    *out = next_event_++;
+    events_[*out] = Event{};
+    return kSuccess;
+  }
+  Status event_record(EventId e, StreamId stream) override {
+    ++event_records;
+    auto& ev = get(e);
+    ev.recorded = true;
+    ev.stream = stream;
+    ev.done = auto_complete_;
+    return kSuccess;
+  }
+  Status event_query(EventId e) override {
+    ++event_queries;
+    return get(e).done ? kSuccess : kNotReady;
+  }
+  Status event_synchronize(EventId e) override {
+    ++event_syncs;
+    get(e).done = true;
+    return kSuccess;
+  }
+  Status event_destroy(EventId e) override {
+    ++event_destroys;
+    events_.erase(e);
+    return kSuccess;
+  }
+  Status vm_granularity(std::size_t* out) override {
+    *out = 2 * MiB;
+    return kSuccess;
+  }
+  Status vm_reserve(std::size_t, DevicePtr*) override { return kNotSupported; }
+  Status vm_release_range(DevicePtr, std::size_t) override { return kNotSupported; }
+  Status vm_create(std::size_t, MemHandle*) override { return kNotSupported; }
+  Status vm_release(MemHandle) override { return kNotSupported; }
+  Status vm_map(DevicePtr, std::size_t, MemHandle) override { return kNotSupported; }
+  Status vm_unmap(DevicePtr, std::size_t) override { return kNotSupported; }
+
+ private:
+  struct Event {
+    bool recorded = false;
+    bool done = false;
+    StreamId stream = 0;
+  };
+  Event& get(EventId e) {
+    auto it = events_.find(e);
+    if (it == events_.end()) throw std::logic_error("FakeBackend: unknown event");
+    return it->second;
+  }
+
+  std::size_t total_;
+  std::size_t used_ = 0;
+  std::size_t foreign_ = 0;
+  int fail_next_ = 0;
+  bool auto_complete_ = false;
+  DevicePtr next_addr_ = 0x7f0000000000;
+  EventId next_event_ = 1;
+  std::map<DevicePtr, std::size_t> segments_;
+  std::map<EventId, Event> events_;
+};
+
+}  // namespace cachalloc::testing
