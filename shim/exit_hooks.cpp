@@ -1,0 +1,1 @@
+// placeholder: exit and signal hooks (observability work)
