@@ -1,1 +1,149 @@
-// placeholder: being written
+// allocation_path.cpp — from a request to a live block.
+//
+//   malloc_locked: round, complete finished events, obtain_block, carve.
+//   obtain_block:  cached best fit -> (garbage collection) -> new segment
+//                  -> release one cached segment, retry -> release all, retry.
+//   carve:         split off the tail when it is worth keeping, update stats.
+#include <limits>
+
+#include "caching_allocator.h"
+#include "size_policy.h"
+
+namespace cachalloc {
+
+Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamId stream) {
+  if (out == nullptr || size == 0) return kInvalidValue;
+  // Blocks waiting on other streams come back before we look for one.
+  if (!pending_.empty()) process_events();
+
+  const std::size_t rounded = round_size(size, config_);
+  BlockPool& pool = pool_for(is_small_request(rounded));
+  Status err = kSuccess;
+  Block* block = obtain_block(pool, rounded, stream, &err);
+  if (block == nullptr) {
+    if (err == kOutOfMemory) report_oom(size, rounded, stream);
+    return err;
+  }
+  block = carve(block, pool, rounded, size);
+  *out = block->ptr;
+  notify(TraceKind::alloc, block->ptr, block->size, stream);
+  return kSuccess;
+}
+
+Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {
+  if (Block* b = take_free_block(pool, size, stream)) return b;
+  if (config_.garbage_collection_threshold > 0.0) collect_garbage();
+  if (Block* b = new_segment(pool, size, stream, false, err)) return b;
+  if (*err != kOutOfMemory) return nullptr;  // a driver error is not ours to retry
+  if (release_one_cached(segment_size_for(size)))
+    if (Block* b = new_segment(pool, size, stream, true, err)) return b;
+  if (*err != kOutOfMemory) return nullptr;
+  synchronize_events();
+  release_all_cached();
+  // The flush may have merged blocks on this stream into one that fits.
+  if (Block* b = take_free_block(pool, size, stream)) return b;
+  return new_segment(pool, size, stream, true, err);
+}
+
+// Best fit on the caller's stream, honouring max_split_size: a request below
+// it never takes an oversize block (that would split it), and an oversize
+// request takes an oversize block only if the waste stays under
+// max_non_split_rounding.
+Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, StreamId stream) {
+  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  key.ptr = 0;
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  const std::size_t max_split = config_.max_split_size;
+  if (size < max_split && block->size >= max_split) return nullptr;
+  if (size >= max_split && block->size >= size + config_.max_non_split_rounding) return nullptr;
+  pool.blocks.erase(it);
+  return block;
+}
+
+Block* CachingAllocator::new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry,
+                                     Status* err) {
+  const std::size_t seg_size = segment_size_for(size);
+  if (is_retry) ++stats_.num_alloc_retries;
+  // The fraction is a hard cap on what cachalloc holds, whatever the device has.
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  if (config_.per_process_memory_fraction < 1.0 && reserved + seg_size > allowed_bytes_) {
+    *err = kOutOfMemory;
+    return nullptr;
+  }
+  DevicePtr ptr = 0;
+  *err = backend_->segment_alloc(seg_size, &ptr);
+  if (*err != kSuccess) return nullptr;
+  ++stats_.num_device_alloc;
+
+  auto* segment = new Segment{ptr, seg_size, stream, pool.small, nullptr};
+  auto* block = new Block;
+  block->ptr = ptr;
+  block->size = seg_size;
+  block->stream = stream;
+  block->segment = segment;
+  segment->head = block;
+  segments_.emplace(ptr, segment);
+
+  stats_.segment.increase(pool.small, 1);
+  stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(seg_size));
+  if (seg_size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  notify(TraceKind::segment_map, ptr, seg_size, stream);
+  return block;
+}
+
+bool CachingAllocator::should_split(const Block* block, std::size_t size, const BlockPool& pool) const {
+  const std::size_t remaining = block->size - size;
+  if (pool.small) return remaining >= kMinBlockSize;
+  return size < config_.max_split_size && remaining > kSmallSize;
+}
+
+// Turns a free block (already out of its pool) into a live block of `size`,
+// returning the tail to the pool when it is worth keeping.
+Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested) {
+  const bool small = pool.small;
+  const bool already_split = block->is_split();
+  if (should_split(block, size, pool)) {
+    auto* rest = new Block;
+    rest->ptr = block->ptr + size;
+    rest->size = block->size - size;
+    rest->stream = block->stream;
+    rest->segment = block->segment;
+    rest->prev = block;
+    rest->next = block->next;
+    if (rest->next != nullptr) rest->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    rest->gc_stamp = pool.lookups;
+    pool.blocks.insert(rest);
+    if (already_split) {
+      // An inactive split block shrank by `size` bytes.
+      stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(size));
+    } else {
+      // A whole segment became split: its tail is a new inactive split block.
+      stats_.inactive_split.increase(small, 1);
+      stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(rest->size));
+    }
+  } else if (already_split) {
+    stats_.inactive_split.decrease(small, 1);
+    stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(block->size));
+  }
+
+  block->allocated = true;
+  block->requested = requested;
+  live_.emplace(block->ptr, block);
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  stats_.allocation.increase(small, 1);
+  stats_.allocated_bytes.increase(small, bytes);
+  stats_.active.increase(small, 1);
+  stats_.active_bytes.increase(small, bytes);
+  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(requested));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  return block;
+}
+
+}  // namespace cachalloc

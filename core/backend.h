@@ -27,6 +27,9 @@ class DeviceBackend {
   virtual Status event_query(EventId event) = 0;
   virtual Status event_synchronize(EventId event) = 0;
   virtual Status event_destroy(EventId event) = 0;
+  // Waits for all work on the device context (cuCtxSynchronize): the safe
+  // fallback when an event cannot be recorded.
+  virtual Status synchronize_device() = 0;
 
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them (mapping also grants the

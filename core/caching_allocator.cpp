@@ -1,1 +1,147 @@
-// placeholder: being written
+// caching_allocator.cpp — construction, the locked public entry points,
+// lookups, statistics and snapshots.  The algorithms live in
+// allocation_path.cpp, free_path.cpp and release_path.cpp.
+#include "caching_allocator.h"
+
+#include <algorithm>
+
+namespace cachalloc {
+
+CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config, int device)
+    : backend_(backend), config_(config), device_(device) {
+  std::size_t free_bytes = 0;
+  if (backend_->mem_info(&free_bytes, &device_total_) != kSuccess) device_total_ = 0;
+  allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
+                                            static_cast<double>(device_total_));
+  stats_.max_split_size = static_cast<std::int64_t>(config_.max_split_size);
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Live blocks belong to the program; only what is cached goes back.  The
+  // shim never destroys allocators at process exit (the driver may be gone).
+  std::lock_guard lock(mutex_);
+  synchronize_events();
+  release_all_cached();
+  for (EventId e : spare_events_) backend_->event_destroy(e);
+  for (auto& [base, seg] : segments_) {
+    for (Block* b = seg->head; b != nullptr;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+    delete seg;
+  }
+}
+
+Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
+  std::lock_guard lock(mutex_);
+  return malloc_locked(out, size, stream);
+}
+
+Status CachingAllocator::free(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, {});
+}
+
+Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> streams) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, streams);
+}
+
+Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
+  std::lock_guard lock(mutex_);
+  Block* block = find_live(ptr);
+  if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
+  // Use on the block's own stream needs no event: stream order covers it.
+  if (stream == block->stream) return kSuccess;
+  if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end())
+    block->stream_uses.push_back(stream);
+  return kSuccess;
+}
+
+bool CachingAllocator::is_live(DevicePtr ptr) const {
+  std::lock_guard lock(mutex_);
+  return find_live(ptr) != nullptr;
+}
+
+StreamId CachingAllocator::stream_of(DevicePtr ptr) const {
+  std::lock_guard lock(mutex_);
+  const Block* block = find_live(ptr);
+  return block != nullptr ? block->stream : 0;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  synchronize_events();
+  release_all_cached();
+  notify(TraceKind::empty_cache, 0, 0, 0);
+}
+
+std::size_t CachingAllocator::releasable_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t total = 0;
+  for (const auto& [base, seg] : segments_) {
+    const Block* head = seg->head;
+    if (head->next == nullptr && !head->allocated) total += head->size;  // whole and free or only awaiting events
+  }
+  return total;
+}
+
+DeviceStats CachingAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.reset_peak();
+}
+
+void CachingAllocator::reset_accumulated_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.reset_accumulated();
+  accumulated_reset_ = true;
+}
+
+void CachingAllocator::set_observer(AllocatorObserver* observer) {
+  std::lock_guard lock(mutex_);
+  observer_ = observer;
+}
+
+std::vector<SegmentInfo> CachingAllocator::snapshot() const {
+  std::lock_guard lock(mutex_);
+  std::vector<SegmentInfo> out;
+  out.reserve(segments_.size());
+  for (const auto& [base, seg] : segments_) {
+    SegmentInfo info{seg->base, seg->size, seg->stream, seg->small, {}};
+    for (const Block* b = seg->head; b != nullptr; b = b->next) {
+      const BlockState state = b->allocated        ? BlockState::allocated
+                               : b->pending_events ? BlockState::pending_free
+                                                   : BlockState::inactive;
+      info.blocks.push_back({b->ptr, b->size, b->allocated ? b->requested : 0, state, b->stream});
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Block* CachingAllocator::find_live(DevicePtr ptr) const {
+  auto it = live_.find(ptr);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+bool CachingAllocator::inside_segment(DevicePtr ptr) const {
+  auto it = segments_.upper_bound(ptr);
+  if (it == segments_.begin()) return false;
+  --it;
+  return ptr < it->second->base + it->second->size;
+}
+
+void CachingAllocator::notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
+  if (observer_ == nullptr) return;
+  const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current,
+                         stats_.reserved_bytes[StatType::aggregate].current};
+  observer_->on_event(device_, event);
+}
+
+}  // namespace cachalloc

@@ -115,6 +115,7 @@ class CachingAllocator {
   void return_to_pool(Block* block);
   std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
   void park_until(Block* block, std::span<const StreamId> streams);
+  bool in_pool(const Block* block) const;
   void process_events();
   void synchronize_events();
 
@@ -146,6 +147,7 @@ class CachingAllocator {
   std::vector<EventId> spare_events_;
   DeviceStats stats_;
   AllocatorObserver* observer_ = nullptr;
+  bool accumulated_reset_ = false;  // validate() can check allocated - freed == current until then
 };
 
 }  // namespace cachalloc

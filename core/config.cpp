@@ -1,1 +1,366 @@
-// placeholder: being written
+// config.cpp — parsing CACHALLOC_CONF and printing a Config back.
+//
+// The syntax is PyTorch's PYTORCH_CUDA_ALLOC_CONF ("key:value,key:[a:b]"),
+// so a user can move a setting across unchanged.  The parser is a table of
+// key -> handler: each handler reads one value into a Config and says only
+// whether the value was good; the message (key, bad value, what is
+// accepted) is built in one place so every error has the same shape.
+// Parsing happens into a copy, so a bad text never half-applies.
+#include "config.h"
+
+#include <bit>
+#include <cctype>
+#include <charconv>
+#include <csignal>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace cachalloc {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
+
+// ---------------------------------------------------------------- text helpers
+
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Numbers, names and brackets ignore whitespace anywhere, as PyTorch's
+// tokenizer does ("2 0" reads as 20); only paths keep their inner spaces.
+std::string strip_all_space(std::string_view s) {
+  std::string out;
+  for (char c : s)
+    if (!is_space(c)) out += c;
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Whole-string unsigned integer: no sign, no suffix, no overflow.
+std::optional<std::uint64_t> parse_uint(std::string_view s) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Whole-string real number; NaN and infinities fail the callers' range checks.
+std::optional<double> parse_real(std::string_view s) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// A size in MiB that still fits in size_t once converted to bytes.
+std::optional<std::size_t> parse_mib(std::string_view s, std::uint64_t min_mib) {
+  const auto v = parse_uint(s);
+  if (!v || *v < min_mib || *v > (kUnlimited >> 20)) return std::nullopt;
+  return static_cast<std::size_t>(*v) * kMiB;
+}
+
+bool is_power_of_two(std::uint64_t v) { return std::has_single_bit(v); }
+
+// ---------------------------------------------------------------- key handlers
+// Each returns false for a value it does not accept; `v` has whitespace
+// already removed (or, for paths, trimmed).
+
+bool set_max_split_size(std::string_view v, Config& c) {
+  if (lower(v) == "unlimited") return (c.max_split_size = kUnlimited), true;
+  const auto bytes = parse_mib(v, 20);  // PyTorch: "must be > 20" (it accepts 20)
+  if (bytes) c.max_split_size = *bytes;
+  return bytes.has_value();
+}
+
+bool set_max_non_split_rounding(std::string_view v, Config& c) {
+  const auto bytes = parse_mib(v, 1);
+  if (bytes) c.max_non_split_rounding = *bytes;
+  return bytes.has_value();
+}
+
+// Interval index for a key of `mib` MiB: log2, clamped like power2_interval().
+int interval_of_mib(std::uint64_t mib) {
+  const int log2 = std::bit_width(mib) - 1;
+  return log2 < kPower2Intervals ? log2 : kPower2Intervals - 1;
+}
+
+// One "key:divisions" entry of the bracket form, applied to `d`.
+// `last` is the last interval index given so far (-1 before the first).
+bool apply_division_entry(std::string_view entry, std::array<std::size_t, kPower2Intervals>& d,
+                          int& last) {
+  const auto colon = entry.find(':');
+  if (colon == std::string_view::npos) return false;
+  const auto divisions = parse_uint(entry.substr(colon + 1));
+  if (!divisions || (*divisions != 0 && !is_power_of_two(*divisions))) return false;
+  const std::string_view key = entry.substr(0, colon);
+  if (key == ">") {  // every interval after the last one given
+    for (int i = last + 1; i < kPower2Intervals; ++i) d[i] = *divisions;
+    return true;
+  }
+  const auto mib = parse_uint(key);
+  if (!mib || !is_power_of_two(*mib)) return false;
+  const int index = interval_of_mib(*mib);
+  if (last < 0)  // like PyTorch, the first key also covers every interval below it
+    for (int i = 0; i < index; ++i) d[i] = *divisions;
+  d[index] = *divisions;
+  last = index;
+  return true;
+}
+
+bool set_divisions_bracket(std::string_view v, Config& c) {
+  if (v.size() < 3 || v.front() != '[' || v.back() != ']') return false;
+  std::array<std::size_t, kPower2Intervals> d{};  // a repeated key replaces, not merges
+  int last = -1;
+  std::string_view rest = v.substr(1, v.size() - 2);
+  while (true) {
+    const auto comma = rest.find(',');
+    if (!apply_division_entry(rest.substr(0, comma), d, last)) return false;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  c.roundup_power2_divisions = d;
+  return true;
+}
+
+bool set_roundup_power2_divisions(std::string_view v, Config& c) {
+  if (!v.empty() && v.front() == '[') return set_divisions_bracket(v, c);
+  const auto n = parse_uint(v);
+  if (!n || !is_power_of_two(*n)) return false;
+  c.roundup_power2_divisions.fill(static_cast<std::size_t>(*n));
+  return true;
+}
+
+bool set_gc_threshold(std::string_view v, Config& c) {
+  const auto x = parse_real(v);
+  if (!x || !(*x > 0.0 && *x < 1.0)) return false;
+  c.garbage_collection_threshold = *x;
+  return true;
+}
+
+bool set_memory_fraction(std::string_view v, Config& c) {
+  const auto x = parse_real(v);
+  if (!x || !(*x > 0.0 && *x <= 1.0)) return false;
+  c.per_process_memory_fraction = *x;
+  return true;
+}
+
+bool set_expandable_segments(std::string_view v, Config& c) {
+  const std::string s = lower(v);
+  if (s != "true" && s != "false") return false;
+  c.expandable_segments = s == "true";
+  return true;
+}
+
+// Looks `v` (any case) up among `names`; the index is the enum value.
+template <typename Enum, std::size_t N>
+bool set_enum(std::string_view v, const std::array<const char*, N>& names, Enum& out) {
+  const std::string s = lower(v);
+  for (std::size_t i = 0; i < N; ++i)
+    if (s == names[i]) return (out = static_cast<Enum>(i)), true;
+  return false;
+}
+
+constexpr std::array<const char*, 4> kHandleTypeNames{"auto", "posix_fd", "fabric", "none"};
+constexpr std::array<const char*, 4> kFreeSyncNames{"auto", "fence", "stream", "device"};
+constexpr std::array<const char*, 7> kLogLevelNames{"trace", "debug",    "info", "warn",
+                                                    "error", "critical", "off"};
+
+bool set_handle_type(std::string_view v, Config& c) {
+  return set_enum(v, kHandleTypeNames, c.expandable_segments_handle_type);
+}
+bool set_free_sync(std::string_view v, Config& c) { return set_enum(v, kFreeSyncNames, c.free_sync); }
+bool set_log_level(std::string_view v, Config& c) { return set_enum(v, kLogLevelNames, c.log_level); }
+
+bool set_path(std::string_view v, std::string& out) {
+  if (v.empty()) return false;
+  out = std::string(v);
+  return true;
+}
+bool set_stats(std::string_view v, Config& c) { return set_path(v, c.stats); }
+bool set_snapshot(std::string_view v, Config& c) { return set_path(v, c.snapshot); }
+bool set_trace(std::string_view v, Config& c) { return set_path(v, c.trace); }
+bool set_log_file(std::string_view v, Config& c) { return set_path(v, c.log_file); }
+
+bool set_snapshot_signal(std::string_view v, Config& c) {
+  std::string s = lower(v);
+  if (s.starts_with("sig")) s.erase(0, 3);
+  if (s == "usr1") return (c.snapshot_signal = SIGUSR1), true;
+  if (s == "usr2") return (c.snapshot_signal = SIGUSR2), true;
+  const auto n = parse_uint(v);
+  if (!n || *n < 1 || *n > 64) return false;
+  c.snapshot_signal = static_cast<int>(*n);
+  return true;
+}
+
+bool set_trace_max_entries(std::string_view v, Config& c) {
+  const auto n = parse_uint(v);
+  if (!n || *n < 1 || *n > kUnlimited) return false;
+  c.trace_max_entries = static_cast<std::size_t>(*n);
+  return true;
+}
+
+// ---------------------------------------------------------------- the key table
+
+struct KeyHandler {
+  const char* key;
+  bool (*set)(std::string_view value, Config& config);
+  bool is_path;          // keeps inner whitespace
+  const char* expected;  // what is accepted, for the error message
+};
+
+constexpr KeyHandler kHandlers[] = {
+    {"max_split_size_mb", set_max_split_size, false, "an integer number of MiB >= 20, or unlimited"},
+    {"max_non_split_rounding_mb", set_max_non_split_rounding, false, "an integer number of MiB >= 1"},
+    {"roundup_power2_divisions", set_roundup_power2_divisions, false,
+     "a power of two, or [<MiB>:<divisions>,...,>:<divisions>] with MiB a power of two and "
+     "divisions a power of two or 0"},
+    {"garbage_collection_threshold", set_gc_threshold, false, "a number strictly between 0 and 1"},
+    {"per_process_memory_fraction", set_memory_fraction, false, "a number in (0, 1]"},
+    {"expandable_segments", set_expandable_segments, false, "true or false"},
+    {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
+    {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
+    {"stats", set_stats, true, "stderr or a file path"},
+    {"snapshot", set_snapshot, true, "a file path"},
+    {"snapshot_signal", set_snapshot_signal, false, "USR1, USR2 or a signal number 1..64"},
+    {"trace", set_trace, true, "a file path"},
+    {"trace_max_entries", set_trace_max_entries, false, "an integer >= 1"},
+    {"log_level", set_log_level, false, "one of trace, debug, info, warn, error, critical, off"},
+    {"log_file", set_log_file, true, "a file path"},
+};
+
+const KeyHandler* find_handler(std::string_view key) {
+  for (const KeyHandler& h : kHandlers)
+    if (key == h.key) return &h;
+  return nullptr;
+}
+
+std::string known_keys() {
+  std::string out;
+  for (const KeyHandler& h : kHandlers) out += (out.empty() ? "" : ", ") + std::string(h.key);
+  return out;
+}
+
+// ---------------------------------------------------------------- items
+
+// Splits at commas outside brackets, so "a:[1:2,>:4],b:c" is two items.
+std::vector<std::string_view> split_items(std::string_view text) {
+  std::vector<std::string_view> items;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '[') ++depth;
+    if (text[i] == ']' && depth > 0) --depth;
+    if (text[i] == ',' && depth == 0) {
+      items.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  items.push_back(text.substr(start));
+  return items;
+}
+
+bool brackets_balanced(std::string_view s) {
+  int depth = 0;
+  for (char c : s) {
+    depth += (c == '[') - (c == ']');
+    if (depth < 0) return false;
+  }
+  return depth == 0;
+}
+
+std::string malformed(std::string_view item) {
+  return "CACHALLOC_CONF: malformed item '" + std::string(item) + "'; expected key:value";
+}
+
+// Applies one "key:value" item; the value runs from the first colon on, so
+// a path may hold colons of its own.
+std::string apply_item(std::string_view item, Config& config) {
+  const auto colon = item.find(':');
+  if (colon == std::string_view::npos || !brackets_balanced(item)) return malformed(item);
+  const std::string key = strip_all_space(item.substr(0, colon));
+  if (key.empty() || key.find_first_of("[]") != std::string::npos) return malformed(item);
+  const KeyHandler* h = find_handler(key);
+  if (!h) return "CACHALLOC_CONF: unknown key '" + key + "'; known keys: " + known_keys();
+  const std::string value = h->is_path ? std::string(trim(item.substr(colon + 1)))
+                                       : strip_all_space(item.substr(colon + 1));
+  if (h->set(value, config)) return "";
+  return "CACHALLOC_CONF: " + key + ": '" + value + "' is not valid; expected " + h->expected;
+}
+
+// ---------------------------------------------------------------- printing
+
+// Shortest text that reads back as the same double.
+std::string format_real(double x) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc{} ? std::string(buf, end) : std::string("nan");
+}
+
+std::string format_divisions(const std::array<std::size_t, kPower2Intervals>& d) {
+  std::string out = "[";
+  for (int i = 0; i < kPower2Intervals; ++i)
+    out += (i ? "," : "") + std::to_string(std::size_t{1} << i) + ":" + std::to_string(d[i]);
+  return out + "]";
+}
+
+std::string format_signal(int sig) {
+  if (sig == SIGUSR1) return "USR1";
+  if (sig == SIGUSR2) return "USR2";
+  return std::to_string(sig);
+}
+
+void append(std::string& out, std::string_view key, std::string_view value) {
+  if (!out.empty()) out += ',';
+  out.append(key).append(":").append(value);
+}
+
+}  // namespace
+
+std::string parse_config(std::string_view text, Config* out) {
+  Config parsed = *out;
+  for (std::string_view item : split_items(text)) {
+    if (trim(item).empty()) continue;  // "" and trailing commas are fine
+    std::string error = apply_item(trim(item), parsed);
+    if (!error.empty()) return error;
+  }
+  *out = std::move(parsed);
+  return "";
+}
+
+std::string Config::to_string() const {
+  std::string out;
+  append(out, "max_split_size_mb",
+         max_split_size == kUnlimited ? "unlimited" : std::to_string(max_split_size >> 20));
+  append(out, "max_non_split_rounding_mb", std::to_string(max_non_split_rounding >> 20));
+  append(out, "roundup_power2_divisions", format_divisions(roundup_power2_divisions));
+  if (garbage_collection_threshold > 0.0)  // 0 = off has no text that parses
+    append(out, "garbage_collection_threshold", format_real(garbage_collection_threshold));
+  append(out, "per_process_memory_fraction", format_real(per_process_memory_fraction));
+  append(out, "expandable_segments", expandable_segments ? "true" : "false");
+  append(out, "expandable_segments_handle_type",
+         kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
+  append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
+  // Unset paths and signal have no text that parses either; leaving them
+  // out keeps the default, which is what they are.
+  if (!stats.empty()) append(out, "stats", stats);
+  if (!snapshot.empty()) append(out, "snapshot", snapshot);
+  if (snapshot_signal != 0) append(out, "snapshot_signal", format_signal(snapshot_signal));
+  if (!trace.empty()) append(out, "trace", trace);
+  append(out, "trace_max_entries", std::to_string(trace_max_entries));
+  append(out, "log_level", kLogLevelNames[static_cast<int>(log_level)]);
+  if (!log_file.empty()) append(out, "log_file", log_file);
+  return out;
+}
+
+}  // namespace cachalloc

@@ -1,1 +1,171 @@
-// placeholder: being written
+// free_path.cpp — from a live block back to a pool.
+//
+// A block freed on its own stream, with no other stream recorded, goes back
+// at once: later work on that stream is ordered after the program's last
+// use.  Otherwise it is parked: one event per other stream, and the block
+// returns to its pool (merged with free neighbours) only when all of them
+// have completed.  Events are queried lazily, at the next malloc.
+#include <algorithm>
+#include <vector>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams) {
+  if (ptr == 0) return kSuccess;
+  Block* block = find_live(ptr);
+  if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
+
+  const bool small = block->segment->small;
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  live_.erase(block->ptr);
+  block->allocated = false;
+  stats_.allocation.decrease(small, 1);
+  stats_.allocated_bytes.decrease(small, bytes);
+  stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  notify(TraceKind::free, block->ptr, block->size, block->stream);
+
+  // Streams whose pending work must finish before reuse: recorded uses plus
+  // the caller's fence, minus the block's own stream (ordered already).
+  std::vector<StreamId> wait_on = std::move(block->stream_uses);
+  block->stream_uses.clear();
+  for (StreamId s : fence_streams)
+    if (std::find(wait_on.begin(), wait_on.end(), s) == wait_on.end()) wait_on.push_back(s);
+  std::erase(wait_on, block->stream);
+  if (wait_on.empty()) {
+    deactivate(block);
+  } else {
+    park_until(block, wait_on);
+  }
+  return kSuccess;
+}
+
+void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {
+  for (StreamId s : streams) {
+    Status err = kSuccess;
+    EventId event = acquire_event(&err);
+    if (err == kSuccess) err = backend_->event_record(event, s);
+    if (err != kSuccess) {
+      // Without an event we cannot tell when `s` is done with the block:
+      // wait for the whole device instead, which covers every stream.
+      if (event != 0) recycle_event(event);
+      backend_->synchronize_device();
+      synchronize_events();  // may complete this block's earlier events
+      ++stats_.num_sync_all_streams;
+      if (!block->allocated && block->pending_events == 0 && !in_pool(block)) deactivate(block);
+      return;
+    }
+    ++block->pending_events;
+    pending_[s].push_back({event, block});
+  }
+  if (block->pending_events == 0) deactivate(block);
+}
+
+bool CachingAllocator::in_pool(const Block* block) const {
+  const BlockPool& pool = block->segment->small ? small_pool_ : large_pool_;
+  return pool.blocks.count(const_cast<Block*>(block)) != 0;
+}
+
+// Active -> free: the block leaves the active count and joins its pool.
+void CachingAllocator::deactivate(Block* block) {
+  const bool small = block->segment->small;
+  stats_.active.decrease(small, 1);
+  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
+  return_to_pool(block);
+}
+
+void CachingAllocator::return_to_pool(Block* block) {
+  BlockPool& pool = pool_for(block->segment->small);
+  const bool small = pool.small;
+  std::int64_t inactive_blocks_delta = 0;
+  std::int64_t inactive_bytes_delta = 0;
+  for (Block* neighbour : {block->prev, block->next}) {
+    const std::size_t absorbed = try_merge(block, neighbour, pool);
+    if (absorbed > 0) {
+      --inactive_blocks_delta;
+      inactive_bytes_delta -= static_cast<std::int64_t>(absorbed);
+    }
+  }
+  if (block->is_split()) {
+    ++inactive_blocks_delta;
+    inactive_bytes_delta += static_cast<std::int64_t>(block->size);
+  }
+  if (inactive_blocks_delta > 0) stats_.inactive_split.increase(small, inactive_blocks_delta);
+  if (inactive_blocks_delta < 0) stats_.inactive_split.decrease(small, -inactive_blocks_delta);
+  if (inactive_bytes_delta > 0) stats_.inactive_split_bytes.increase(small, inactive_bytes_delta);
+  if (inactive_bytes_delta < 0) stats_.inactive_split_bytes.decrease(small, -inactive_bytes_delta);
+  block->gc_stamp = pool.lookups;
+  pool.blocks.insert(block);
+}
+
+// Absorbs a free neighbour `src` into `dst`; returns the bytes absorbed.
+std::size_t CachingAllocator::try_merge(Block* dst, Block* src, BlockPool& pool) {
+  if (src == nullptr || !src->is_free()) return 0;
+  pool.blocks.erase(src);
+  if (dst->prev == src) {
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev != nullptr) dst->prev->next = dst;
+    else dst->segment->head = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next != nullptr) dst->next->prev = dst;
+  }
+  const std::size_t absorbed = src->size;
+  dst->size += absorbed;
+  delete src;
+  return absorbed;
+}
+
+// Completes events in record order per stream; stops at the first one not
+// done on each stream (later ones on that stream cannot be done earlier).
+void CachingAllocator::process_events() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto& queue = it->second;
+    while (!queue.empty()) {
+      const PendingEvent& front = queue.front();
+      const Status st = backend_->event_query(front.event);
+      if (st == kNotReady) break;
+      // An error other than not-ready is treated as completion after a
+      // synchronize: never leave a block stranded, never reuse it early.
+      if (st != kSuccess) backend_->event_synchronize(front.event);
+      Block* block = front.block;
+      recycle_event(front.event);
+      queue.pop_front();
+      if (--block->pending_events == 0) deactivate(block);
+    }
+    it = queue.empty() ? pending_.erase(it) : std::next(it);
+  }
+}
+
+// Waits for every pending event; used before releasing memory.
+void CachingAllocator::synchronize_events() {
+  if (pending_.empty()) return;
+  ++stats_.num_sync_all_streams;
+  for (auto& [stream, queue] : pending_) {
+    for (const PendingEvent& pe : queue) {
+      backend_->event_synchronize(pe.event);
+      recycle_event(pe.event);
+      if (--pe.block->pending_events == 0) deactivate(pe.block);
+    }
+  }
+  pending_.clear();
+}
+
+EventId CachingAllocator::acquire_event(Status* err) {
+  if (!spare_events_.empty()) {
+    EventId e = spare_events_.back();
+    spare_events_.pop_back();
+    *err = kSuccess;
+    return e;
+  }
+  EventId e = 0;
+  *err = backend_->event_create(&e);
+  return *err == kSuccess ? e : 0;
+}
+
+void CachingAllocator::recycle_event(EventId event) { spare_events_.push_back(event); }
+
+}  // namespace cachalloc

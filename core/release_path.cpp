@@ -1,1 +1,106 @@
-// placeholder: being written
+// release_path.cpp — giving memory back to the device.
+//
+// Only a whole free segment (one unsplit block) can go back.  Three callers:
+// the out-of-memory path (one segment big enough, then everything),
+// empty_cache(), and garbage collection, which returns the segments idle
+// longest once reserved memory passes garbage_collection_threshold.
+#include <vector>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+void CachingAllocator::release_segment(Block* block) {
+  Segment* seg = block->segment;
+  const bool small = seg->small;
+  pool_for(small).blocks.erase(block);
+  const Status st = backend_->segment_free(seg->base);
+  (void)st;  // the memory is unusable either way; the driver reports its own errors
+  ++stats_.num_device_free;
+  stats_.segment.decrease(small, 1);
+  stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(seg->size));
+  if (seg->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  notify(TraceKind::segment_unmap, seg->base, seg->size, seg->stream);
+  segments_.erase(seg->base);
+  delete block;
+  delete seg;
+}
+
+// Releases the smallest whole free segment of at least `size` bytes, from
+// either pool and any stream: once returned, its stream no longer matters.
+bool CachingAllocator::release_one_cached(std::size_t size) {
+  Block* best = nullptr;
+  for (BlockPool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : pool->blocks)
+      if (!b->is_split() && b->size >= size && (best == nullptr || b->size < best->size)) best = b;
+  if (best == nullptr) return false;
+  release_segment(best);
+  return true;
+}
+
+void CachingAllocator::release_all_cached() {
+  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+    std::vector<Block*> whole;
+    for (Block* b : pool->blocks)
+      if (!b->is_split()) whole.push_back(b);
+    for (Block* b : whole) release_segment(b);
+  }
+}
+
+// PyTorch's policy: age = pool lookups since the block became free; release
+// whole large segments older than the average age until reserved memory is
+// back under the threshold or nothing old enough is left.
+void CachingAllocator::collect_garbage() {
+  const auto threshold = static_cast<std::size_t>(config_.garbage_collection_threshold *
+                                                  static_cast<double>(allowed_bytes_));
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  if (reserved <= threshold) return;
+  const std::size_t target = reserved - threshold;
+
+  std::vector<Block*> candidates;
+  std::uint64_t total_age = 0;
+  for (Block* b : large_pool_.blocks)
+    if (!b->is_split()) {
+      candidates.push_back(b);
+      total_age += large_pool_.lookups - b->gc_stamp;
+    }
+  std::size_t reclaimed = 0;
+  bool freed_any = true;
+  while (reclaimed < target && freed_any && !candidates.empty()) {
+    const std::uint64_t age_threshold = total_age / candidates.size();
+    freed_any = false;
+    for (auto it = candidates.begin(); it != candidates.end() && reclaimed < target;) {
+      Block* b = *it;
+      const std::uint64_t age = large_pool_.lookups - b->gc_stamp;
+      if (age < age_threshold) {
+        ++it;
+        continue;
+      }
+      reclaimed += b->size;
+      total_age -= age;
+      freed_any = true;
+      it = candidates.erase(it);
+      release_segment(b);
+    }
+  }
+}
+
+void CachingAllocator::report_oom(std::size_t requested, std::size_t rounded, StreamId stream) {
+  ++stats_.num_ooms;
+  notify(TraceKind::oom, 0, requested, stream);
+  if (observer_ == nullptr) return;
+  OomReport r;
+  r.requested = requested;
+  r.rounded = rounded;
+  r.stream = stream;
+  backend_->mem_info(&r.device_free, &r.device_total);
+  r.allowed = allowed_bytes_;
+  r.allocated = static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current);
+  r.reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  for (BlockPool* pool : {&small_pool_, &large_pool_})
+    for (const Block* b : pool->blocks)
+      if (b->size > r.largest_free_block) r.largest_free_block = b->size;
+  observer_->on_oom(device_, r);
+}
+
+}  // namespace cachalloc

@@ -1,1 +1,125 @@
-// placeholder: being written
+// validate.cpp — the invariant checker (mimalloc's debug validation).
+//
+// Walks every segment and block, checks the structural invariants written in
+// block.h, and recounts every statistic from scratch; throws InvariantError
+// naming the first violation.  Tests call it after every operation.
+#include <sstream>
+#include <unordered_set>
+
+#include "caching_allocator.h"
+#include "size_policy.h"
+
+namespace cachalloc {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, DevicePtr where) {
+  std::ostringstream os;
+  os << "invariant violated: " << what << " (at 0x" << std::hex << where << ")";
+  throw InvariantError(os.str());
+}
+
+void check(bool ok, const char* what, DevicePtr where) {
+  if (!ok) fail(what, where);
+}
+
+struct Recount {
+  DeviceStats s;
+  std::size_t pending_events = 0;
+};
+
+void check_current(const StatArray& got, const StatArray& want, const char* name) {
+  for (int t = 0; t < kNumStatTypes; ++t)
+    if (got.a[t].current != want.a[t].current) {
+      std::ostringstream os;
+      os << "stat " << name << "." << stat_type_name(static_cast<StatType>(t)) << ".current is "
+         << got.a[t].current << ", recount gives " << want.a[t].current;
+      throw InvariantError(os.str());
+    }
+}
+
+}  // namespace
+
+void CachingAllocator::validate() const {
+  std::lock_guard lock(mutex_);
+  Recount rc;
+  std::size_t free_in_pools = 0;
+  DevicePtr last_end = 0;
+  for (const auto& [base, seg] : segments_) {
+    check(base == seg->base, "segment map key differs from its base", base);
+    check(seg->base >= last_end, "segments overlap", base);
+    last_end = seg->base + seg->size;
+    check(seg->head != nullptr && seg->head->prev == nullptr, "segment head missing or has a prev", base);
+    check(seg->head->ptr == seg->base, "first block does not start at the segment base", base);
+    const bool small = seg->small;
+    rc.s.segment.increase(small, 1);
+    rc.s.reserved_bytes.increase(small, static_cast<std::int64_t>(seg->size));
+    if (seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
+    DevicePtr expect = seg->base;
+    const bool split = seg->head->next != nullptr;
+    for (const Block* b = seg->head; b != nullptr; b = b->next) {
+      check(b->segment == seg, "block points at another segment", b->ptr);
+      check(b->ptr == expect, "blocks do not tile the segment (gap or overlap)", b->ptr);
+      check(b->size > 0 && b->size % kMinBlockSize == 0, "block size is not a positive multiple of 512", b->ptr);
+      check(b->stream == seg->stream, "block stream differs from its segment's", b->ptr);
+      if (b->next != nullptr) check(b->next->prev == b, "neighbours not linked both ways", b->ptr);
+      if (b->next != nullptr)
+        check(!(b->is_free() && b->next->is_free()), "two free neighbours left unmerged", b->ptr);
+      check(!(b->allocated && b->pending_events > 0), "block both allocated and awaiting events", b->ptr);
+      const bool in_live = live_.count(b->ptr) != 0 && live_.at(b->ptr) == b;
+      check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
+      const BlockPool& pool = small ? small_pool_ : large_pool_;
+      const BlockPool& other = small ? large_pool_ : small_pool_;
+      const bool pooled = pool.blocks.count(const_cast<Block*>(b)) != 0;
+      check(other.blocks.count(const_cast<Block*>(b)) == 0, "block sits in the wrong pool", b->ptr);
+      check(pooled == b->is_free(), "free block missing from its pool, or busy block in it", b->ptr);
+      if (pooled) ++free_in_pools;
+      const auto bytes = static_cast<std::int64_t>(b->size);
+      if (b->allocated) {
+        rc.s.allocation.increase(small, 1);
+        rc.s.allocated_bytes.increase(small, bytes);
+        rc.s.requested_bytes.increase(small, static_cast<std::int64_t>(b->requested));
+        check(b->requested <= b->size, "requested size exceeds block size", b->ptr);
+        if (b->size >= config_.max_split_size) rc.s.oversize_allocations.increase(1);
+      }
+      if (!b->is_free()) {
+        rc.s.active.increase(small, 1);
+        rc.s.active_bytes.increase(small, bytes);
+      } else if (split) {
+        rc.s.inactive_split.increase(small, 1);
+        rc.s.inactive_split_bytes.increase(small, bytes);
+      }
+      rc.pending_events += static_cast<std::size_t>(b->pending_events);
+      expect = b->ptr + b->size;
+    }
+    check(expect == seg->base + seg->size, "blocks do not reach the segment end", base);
+  }
+  check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
+        "a pool holds a block of no segment", 0);
+  check(live_.size() == static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current),
+        "live map holds a block of no segment", 0);
+  std::size_t queued = 0;
+  for (const auto& [stream, queue] : pending_) queued += queue.size();
+  check(queued == rc.pending_events, "pending event queues disagree with block counts", 0);
+
+  check_current(stats_.allocation, rc.s.allocation, "allocation");
+  check_current(stats_.segment, rc.s.segment, "segment");
+  check_current(stats_.active, rc.s.active, "active");
+  check_current(stats_.inactive_split, rc.s.inactive_split, "inactive_split");
+  check_current(stats_.allocated_bytes, rc.s.allocated_bytes, "allocated_bytes");
+  check_current(stats_.reserved_bytes, rc.s.reserved_bytes, "reserved_bytes");
+  check_current(stats_.active_bytes, rc.s.active_bytes, "active_bytes");
+  check_current(stats_.inactive_split_bytes, rc.s.inactive_split_bytes, "inactive_split_bytes");
+  check_current(stats_.requested_bytes, rc.s.requested_bytes, "requested_bytes");
+  check(stats_.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
+  check(stats_.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
+  for (const StatArray* arr : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+                               &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
+    for (const Stat& st : arr->a) {
+      check(st.peak >= st.current && st.current >= 0, "peak below current, or negative current", 0);
+      if (!accumulated_reset_)
+        check(st.allocated - st.freed == st.current, "allocated - freed differs from current", 0);
+    }
+}
+
+}  // namespace cachalloc

@@ -22,6 +22,8 @@ class FakeBackend final : public DeviceBackend {
 
   // ---- knobs for tests ----
   void fail_next_allocs(int n) { fail_next_ = n; }
+  // Makes the next N event_record calls fail (driver error 999).
+  void fail_next_records(int n) { fail_records_ = n; }
   // Events complete only when the test says so, unless auto-complete is on.
   void set_auto_complete(bool on) { auto_complete_ = on; }
   void complete_all_events() {
@@ -38,6 +40,7 @@ class FakeBackend final : public DeviceBackend {
   std::size_t used() const { return used_; }
   std::size_t live_segments() const { return segments_.size(); }
   int alloc_calls = 0, free_calls = 0, failed_allocs = 0;
+  int device_syncs = 0;
   int event_creates = 0, event_records = 0, event_queries = 0, event_syncs = 0, event_destroys = 0;
   std::size_t live_events() const { return events_.size(); }
   bool has_segment(DevicePtr p) const { return segments_.count(p) != 0; }
@@ -83,6 +86,10 @@ class FakeBackend final : public DeviceBackend {
   }
   Status event_record(EventId e, StreamId stream) override {
     ++event_records;
+    if (fail_records_ > 0) {
+      --fail_records_;
+      return 999;
+    }
     auto& ev = get(e);
     ev.recorded = true;
     ev.stream = stream;
@@ -101,6 +108,11 @@ class FakeBackend final : public DeviceBackend {
   Status event_destroy(EventId e) override {
     ++event_destroys;
     events_.erase(e);
+    return kSuccess;
+  }
+  Status synchronize_device() override {
+    ++device_syncs;
+    complete_all_events();
     return kSuccess;
   }
   Status vm_granularity(std::size_t* out) override {
@@ -130,6 +142,7 @@ class FakeBackend final : public DeviceBackend {
   std::size_t used_ = 0;
   std::size_t foreign_ = 0;
   int fail_next_ = 0;
+  int fail_records_ = 0;
   bool auto_complete_ = false;
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;
