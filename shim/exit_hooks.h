@@ -11,8 +11,11 @@
 
 #include "obs/process_report.h"
 
-// Idempotent; reads the configuration through cachalloc_collect_report(false).
-// Call with the shim's config already parsed.  Never throws.
+// Idempotent (only the first call does anything).  Takes the effective
+// configuration (which signals, which reports).  Never throws.
+void cachalloc_install_exit_hooks(const cachalloc::Config& config);
+// The same, reading the configuration through cachalloc_collect_report(false);
+// do not call it while holding a lock that collect_report takes.
 void cachalloc_install_exit_hooks();
 
 // Writes the exit reports now unless they were already written (the same
