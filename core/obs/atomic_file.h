@@ -1,0 +1,27 @@
+// atomic_file.h — writing a report file so that readers never see half of it.
+//
+// The content goes to a temporary file in the target's directory, created
+// with O_CREAT|O_EXCL|O_NOFOLLOW (so it is always a fresh file we made), and
+// is then renamed over the target.  A target that is a symbolic link is
+// refused: cachalloc never writes through a link it did not create (rename
+// would replace the link itself, but a user who put a link there meant
+// something by it).  Nothing here throws or calls CUDA.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cachalloc::obs {
+
+// Returns true on success; otherwise false with a one-line reason in *error
+// and no temporary file left behind.
+bool atomic_write_file(const std::string& path, std::string_view content, std::string* error);
+
+// One line "cachalloc: warning: <message>\n" straight to fd 2 (write(2), no
+// buffering, no logger: works at exit and with log_level:off).
+void warn_stderr(std::string_view message);
+
+// Writes all of `text` to fd 2.
+void write_stderr(std::string_view text);
+
+}  // namespace cachalloc::obs

@@ -1,0 +1,127 @@
+// dump_json.cpp — see dump_json.h.
+#include "dump_json.h"
+
+#include "json_writer.h"
+#include "summary_table.h"
+
+namespace cachalloc::obs {
+
+namespace {
+
+void header_fields(JsonWriter& w, const ProcessReport& r, const std::string& host) {
+  w.field("version", 1);
+  w.field("pid", r.pid);
+  w.field("host", host);
+}
+
+void interposer_object(JsonWriter& w, const ProcessReport& r) {
+  w.key("interposer");
+  w.begin_object();
+  w.key("calls");
+  w.begin_object();
+  for (int e = 0; e < static_cast<int>(Entry::count); ++e) w.field(entry_name(static_cast<Entry>(e)), r.calls[e]);
+  w.end_object();
+  w.key("passthrough");
+  w.begin_object();
+  for (int p = 0; p < static_cast<int>(Passthrough::count); ++p)
+    w.field(passthrough_name(static_cast<Passthrough>(p)), r.passthrough[p]);
+  w.end_object();
+  w.field("ns_inside", r.ns_inside);
+  w.end_object();
+}
+
+void device_object(JsonWriter& w, const DeviceReport& d) {
+  w.begin_object();
+  w.field("device", d.device);
+  w.field("device_total", static_cast<std::uint64_t>(d.device_total));
+  w.key("stats");
+  w.begin_object();
+  for (const auto& [name, value] : flatten_stats(d.stats)) w.field(name, value);
+  w.end_object();
+  w.key("derived");
+  w.begin_object();
+  w.field("device_allocations_avoided", device_allocations_avoided(d.stats));
+  w.field("peak_fragmentation", peak_fragmentation(d.stats));
+  w.end_object();
+  w.end_object();
+}
+
+void block_object(JsonWriter& w, const BlockInfo& b) {
+  w.begin_object();
+  w.field("address", static_cast<std::uint64_t>(b.ptr));
+  w.field("size", static_cast<std::uint64_t>(b.size));
+  w.field("requested_size", static_cast<std::uint64_t>(b.requested));
+  w.field("state", block_state_name(b.state));
+  w.field("stream", static_cast<std::uint64_t>(b.stream));
+  w.end_object();
+}
+
+void segment_object(JsonWriter& w, const SegmentInfo& s) {
+  std::uint64_t allocated = 0, active = 0, requested = 0;
+  for (const BlockInfo& b : s.blocks) {
+    if (b.state == BlockState::allocated) allocated += b.size;
+    if (b.state != BlockState::inactive) active += b.size;
+    requested += b.requested;
+  }
+  w.begin_object();
+  w.field("address", static_cast<std::uint64_t>(s.base));
+  w.field("total_size", static_cast<std::uint64_t>(s.size));
+  w.field("allocated_size", allocated);
+  w.field("active_size", active);
+  w.field("requested_size", requested);
+  w.field("stream", static_cast<std::uint64_t>(s.stream));
+  w.field("segment_type", s.small_pool ? "small" : "large");
+  w.key("blocks");
+  w.begin_array();
+  for (const BlockInfo& b : s.blocks) block_object(w, b);
+  w.end_array();
+  w.end_object();
+}
+
+}  // namespace
+
+const char* block_state_name(BlockState s) {
+  switch (s) {
+    case BlockState::allocated: return "active_allocated";
+    case BlockState::pending_free: return "active_pending_free";
+    case BlockState::inactive: return "inactive";
+  }
+  return "?";
+}
+
+std::string stats_json(const ProcessReport& r, const std::string& host) {
+  JsonWriter w;
+  w.begin_object();
+  header_fields(w, r, host);
+  w.field("command_line", r.command_line);
+  w.field("config", r.config.to_string());
+  interposer_object(w, r);
+  w.key("devices");
+  w.begin_array();
+  for (const DeviceReport& d : r.devices) device_object(w, d);
+  w.end_array();
+  w.end_object();
+  return w.take() + "\n";
+}
+
+std::string snapshot_json(const ProcessReport& r, const std::string& host) {
+  JsonWriter w;
+  w.begin_object();
+  header_fields(w, r, host);
+  w.key("devices");
+  w.begin_array();
+  for (const DeviceReport& d : r.devices) {
+    w.begin_object();
+    w.field("device", d.device);
+    w.key("segments");
+    w.begin_array();
+    for (const SegmentInfo& s : d.segments) segment_object(w, s);
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take() + "\n";
+}
+
+}  // namespace cachalloc::obs

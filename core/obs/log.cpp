@@ -1,0 +1,88 @@
+// log.cpp — see log.h.
+#include "log.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "atomic_file.h"
+#include "path_template.h"
+
+namespace cachalloc::obs {
+
+namespace {
+
+constexpr const char* kPattern = "[cachalloc %P %l] %v";
+
+spdlog::logger* make_stderr_logger() {
+  auto* log = new spdlog::logger("cachalloc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  log->set_pattern(kPattern);
+  log->set_level(spdlog::level::warn);
+  return log;
+}
+
+// Leaked on purpose: logging must work in atexit handlers and after static
+// destructors.  Replaced at most once, by init_logging().
+std::atomic<spdlog::logger*> g_logger{nullptr};
+std::once_flag g_default_once;
+std::once_flag g_init_once;
+
+spdlog::sink_ptr file_sink_or_null(const std::string& path) {
+  try {
+    return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void configure(const Config& config) {
+  spdlog::sink_ptr sink;
+  if (!config.log_file.empty()) {
+    std::string path = expand_path_template(config.log_file, current_template_context());
+    sink = file_sink_or_null(path);
+    if (!sink) warn_stderr("cannot open log_file " + path + "; logging to stderr");
+  }
+  if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto* log = new spdlog::logger("cachalloc", std::move(sink));
+  log->set_pattern(kPattern);
+  log->set_level(to_spdlog_level(config.log_level));
+  log->flush_on(spdlog::level::warn);
+  g_logger.store(log, std::memory_order_release);  // the old one is leaked: someone may hold it
+}
+
+}  // namespace
+
+spdlog::level::level_enum to_spdlog_level(LogLevel level) {
+  switch (level) {
+    case LogLevel::trace: return spdlog::level::trace;
+    case LogLevel::debug: return spdlog::level::debug;
+    case LogLevel::info: return spdlog::level::info;
+    case LogLevel::warn: return spdlog::level::warn;
+    case LogLevel::err: return spdlog::level::err;
+    case LogLevel::critical: return spdlog::level::critical;
+    case LogLevel::off: return spdlog::level::off;
+  }
+  return spdlog::level::warn;
+}
+
+void init_logging(const Config& config) {
+  try {
+    std::call_once(g_init_once, [&] { configure(config); });
+  } catch (...) {
+    // Keep the default logger; logging must never take the program down.
+  }
+}
+
+spdlog::logger& logger() {
+  spdlog::logger* log = g_logger.load(std::memory_order_acquire);
+  if (log != nullptr) return *log;
+  std::call_once(g_default_once, [] {
+    spdlog::logger* expected = nullptr;
+    g_logger.compare_exchange_strong(expected, make_stderr_logger());
+  });
+  return *g_logger.load(std::memory_order_acquire);
+}
+
+}  // namespace cachalloc::obs

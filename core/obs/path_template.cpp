@@ -1,0 +1,64 @@
+// path_template.cpp — see path_template.h.
+#include "path_template.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+
+namespace cachalloc::obs {
+
+std::string rank_from_environment() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "0";
+}
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "unknown-host";
+  return buf;
+}
+
+std::string utc_datetime() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+TemplateContext current_template_context() {
+  return TemplateContext{std::to_string(getpid()), host_name(), rank_from_environment(), utc_datetime()};
+}
+
+std::string expand_path_template(std::string_view tmpl, const TemplateContext& ctx) {
+  std::string out;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] != '%' || i + 1 == tmpl.size()) {
+      out += tmpl[i];
+      continue;
+    }
+    char c = tmpl[++i];
+    switch (c) {
+      case 'p': out += ctx.pid; break;
+      case 'h': out += ctx.host; break;
+      case 'r': out += ctx.rank; break;
+      case 'd': out += ctx.datetime; break;
+      case '%': out += '%'; break;
+      default:  // unknown placeholder: keep it as written
+        out += '%';
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace cachalloc::obs

@@ -1,0 +1,51 @@
+// process_observer.cpp — see process_observer.h.
+#include "process_observer.h"
+
+#include <chrono>
+
+#include "log.h"
+
+namespace cachalloc::obs {
+
+namespace {
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+}  // namespace
+
+ProcessObserver& ProcessObserver::instance() {
+  // Leaked on purpose: exit hooks read it after static destructors ran.
+  static ProcessObserver* const observer = new ProcessObserver();
+  return *observer;
+}
+
+void ProcessObserver::configure(const Config& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool on = !config.trace.empty();
+  ring_ = TraceRing(on ? config.trace_max_entries : 0);
+  tracing_.store(on, std::memory_order_relaxed);
+}
+
+void ProcessObserver::on_event(int device, const TraceEvent& event) {
+  if (!tracing_.load(std::memory_order_relaxed)) return;
+  TimedEvent timed{steady_ns(), device, event};
+  std::lock_guard<std::mutex> lock(mutex_);
+  ring_.push(timed);
+}
+
+void ProcessObserver::on_oom(int device, const OomReport& report) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::err)) return;
+  log.error("{}", format_oom_message(device, report, nvml_process_usage(device)));
+}
+
+TraceRing::Contents ProcessObserver::trace_contents() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ring_.contents();
+}
+
+}  // namespace cachalloc::obs

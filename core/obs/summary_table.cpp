@@ -1,0 +1,145 @@
+// summary_table.cpp — see summary_table.h.  The formatting follows
+// torch/cuda/memory.py (memory_summary, _format_size, _format_count) line by
+// line, so users read the same table they know.
+#include "summary_table.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+namespace cachalloc::obs {
+
+namespace {
+
+constexpr int kWidth = 75;
+
+// Python's floor division, which _format_size uses (sz //= 1024).
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+std::string rule(char c) { return "|" + std::string(kWidth, c) + "|\n"; }
+std::string boxed(std::string_view line) { return fmt::format("|{}|\n", line); }
+
+using Formatter = std::string (*)(std::int64_t, std::int64_t);
+
+void stat_row(std::string& out, std::string_view name, const Stat& s, const Stat& pref, Formatter f) {
+  out += boxed(fmt::format(" {:<21} | {} | {} | {} | {} ", name, f(s.current, pref.current),
+                           f(s.peak, pref.peak), f(s.allocated, pref.allocated), f(s.freed, pref.freed)));
+}
+
+void pool_rows(std::string& out, std::string_view name, const StatArray& arr, Formatter f) {
+  out += rule('-');
+  const Stat& all = arr[StatType::aggregate];
+  stat_row(out, name, all, all, f);
+  stat_row(out, "      from large pool", arr[StatType::large_pool], all, f);
+  stat_row(out, "      from small pool", arr[StatType::small_pool], all, f);
+}
+
+std::string header(int device, const DeviceStats& s) {
+  std::string out = rule('=');
+  out += boxed(fmt::format(" {:14} cachalloc CUDA memory summary, device ID {:<17d} ", "", device));
+  out += rule('-');
+  out += boxed(fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
+                           s.num_alloc_retries));
+  out += rule('=');
+  out += boxed("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
+  return out;
+}
+
+void value_row(std::string& out, std::string_view label, std::string_view value) {
+  out += boxed(fmt::format(" {:<44}{:>29} ", label, value));
+}
+
+std::string seconds(std::uint64_t ns) { return fmt::format("{:.3f} s", static_cast<double>(ns) / 1e9); }
+
+}  // namespace
+
+std::string format_size(std::int64_t sz, std::int64_t pref_sz) {
+  static const char* const kUnits[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double pref = static_cast<double>(pref_sz);
+  int unit = 0;
+  while (unit + 1 < 6 && !(pref < 768 * 1024)) {
+    ++unit;
+    sz = floor_div(sz, 1024);
+    pref /= 1024;
+  }
+  return fmt::format("{:6d} {}", sz, kUnits[unit]);
+}
+
+std::string format_count(std::int64_t cnt, std::int64_t pref_cnt) {
+  static const char* const kUnits[] = {" ", "K", "M"};
+  double pref = static_cast<double>(pref_cnt);
+  int unit = 0;
+  while (unit + 1 < 3 && !(pref < 750 * 1000)) {
+    ++unit;
+    cnt = floor_div(cnt, 1000);
+    pref /= 1000;
+  }
+  return fmt::format("{:7d} {} ", cnt, kUnits[unit]);
+}
+
+std::string device_table(int device, const DeviceStats& s) {
+  std::string out = header(device, s);
+  pool_rows(out, "Allocated memory", s.allocated_bytes, format_size);
+  pool_rows(out, "Active memory", s.active_bytes, format_size);
+  pool_rows(out, "Requested memory", s.requested_bytes, format_size);
+  pool_rows(out, "GPU reserved memory", s.reserved_bytes, format_size);
+  pool_rows(out, "Non-releasable memory", s.inactive_split_bytes, format_size);
+  pool_rows(out, "Allocations", s.allocation, format_count);
+  pool_rows(out, "Active allocs", s.active, format_count);
+  pool_rows(out, "GPU reserved segments", s.segment, format_count);
+  pool_rows(out, "Non-releasable allocs", s.inactive_split, format_count);
+  for (auto [name, stat] : {std::pair<const char*, const Stat*>{"Oversize allocations", &s.oversize_allocations},
+                            {"Oversize GPU segments", &s.oversize_segments}}) {
+    out += rule('-');
+    stat_row(out, name, *stat, *stat, format_count);
+  }
+  out += rule('=');
+  return out;
+}
+
+std::int64_t device_allocations_avoided(const DeviceStats& s) {
+  std::int64_t avoided = s.allocation[StatType::aggregate].allocated - s.num_device_alloc;
+  return avoided > 0 ? avoided : 0;
+}
+
+double peak_fragmentation(const DeviceStats& s) {
+  std::int64_t reserved = s.reserved_bytes[StatType::aggregate].peak;
+  if (reserved <= 0) return 0.0;
+  return 1.0 - static_cast<double>(s.active_bytes[StatType::aggregate].peak) / static_cast<double>(reserved);
+}
+
+std::string interposer_section(const ProcessReport& r) {
+  std::string out = rule('=');
+  out += boxed(fmt::format("{:^75}", "cachalloc interposer summary"));
+  out += rule('-');
+  out += boxed(fmt::format(" {:<73} ", "Calls by entry point"));
+  for (int e = 0; e < static_cast<int>(Entry::count); ++e)
+    value_row(out, fmt::format("   {}", entry_name(static_cast<Entry>(e))), std::to_string(r.calls[e]));
+  out += rule('-');
+  out += boxed(fmt::format(" {:<73} ", "Calls passed through to the driver, by reason"));
+  for (int p = 0; p < static_cast<int>(Passthrough::count); ++p)
+    value_row(out, fmt::format("   {}", passthrough_name(static_cast<Passthrough>(p))),
+              std::to_string(r.passthrough[p]));
+  out += rule('-');
+  for (const DeviceReport& d : r.devices) {
+    value_row(out, fmt::format(" Device {}: device allocations avoided", d.device),
+              std::to_string(device_allocations_avoided(d.stats)));
+    value_row(out, fmt::format(" Device {}: peak fragmentation", d.device),
+              fmt::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
+  }
+  value_row(out, " Time inside cachalloc", seconds(r.ns_inside));
+  out += rule('=');
+  return out;
+}
+
+std::string summary_text(const ProcessReport& r) {
+  std::string out;
+  for (const DeviceReport& d : r.devices) out += device_table(d.device, d.stats);
+  out += interposer_section(r);
+  return out;
+}
+
+}  // namespace cachalloc::obs
