@@ -80,9 +80,12 @@ void CachingAllocator::empty_cache() {
 std::size_t CachingAllocator::releasable_bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t total = 0;
+  // A segment with no live block is releasable: its blocks are free or only
+  // wait on events, which empty_cache() completes before releasing.
   for (const auto& [base, seg] : segments_) {
-    const Block* head = seg->head;
-    if (head->next == nullptr && !head->allocated) total += head->size;  // whole and free or only awaiting events
+    bool any_live = false;
+    for (const Block* b = seg->head; b != nullptr && !any_live; b = b->next) any_live = b->allocated;
+    if (!any_live) total += seg->size;
   }
   return total;
 }
