@@ -1,0 +1,152 @@
+// test_obs_json.cpp — the JSON writer and the stats/snapshot dump schemas:
+// every flatten_stats() key present with the stats' own numbers.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "caching_allocator.h"
+#include "fake_backend.h"
+#include "obs/dump_json.h"
+#include "obs/json_writer.h"
+#include "test_obs_json_parse.h"
+
+using namespace cachalloc;
+using namespace cachalloc::obs;
+using obs_test::Json;
+using obs_test::parse_json;
+
+namespace {
+
+// A report built from a real allocator run on the fake backend.
+struct RunReport {
+  testing::FakeBackend backend{8 * GiB};
+  CachingAllocator alloc{&backend, Config{}, 1};
+  ProcessReport report;
+
+  RunReport() {
+    DevicePtr a = 0, b = 0, c = 0;
+    REQUIRE(alloc.malloc(&a, 3 * MiB, 0) == kSuccess);
+    REQUIRE(alloc.malloc(&b, 1000, 0) == kSuccess);
+    REQUIRE(alloc.malloc(&c, 50 * MiB, 7) == kSuccess);
+    REQUIRE(alloc.free(a) == kSuccess);
+    report.pid = 4242;
+    report.command_line = "python3 train.py --name \"quoted\"\tand\\slash";
+    report.config.stats = "/tmp/x.json";
+    report.calls[static_cast<int>(Entry::cuMemAlloc_v2)] = 3;
+    report.calls[static_cast<int>(Entry::cudaMemGetInfo)] = 9;
+    report.passthrough[static_cast<int>(Passthrough::capture)] = 2;
+    report.ns_inside = 987654321;
+    DeviceReport d;
+    d.device = 1;
+    d.stats = alloc.stats();
+    d.device_total = 8 * GiB;
+    d.segments = alloc.snapshot();
+    report.devices.push_back(d);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("JsonWriter escapes strings and places commas", "[obs][json]") {
+  JsonWriter w;
+  w.begin_object();
+  w.field("s", std::string_view("a\"b\\c\nd\te\x01" "f\x1f"));
+  w.key("arr");
+  w.begin_array();
+  w.value(1);
+  w.value(std::uint64_t{18446744073709551615ULL});
+  w.value(true);
+  w.null();
+  w.begin_object();
+  w.end_object();
+  w.end_array();
+  w.field("neg", std::int64_t{-5});
+  w.field("half", 0.5);
+  w.field("nan", 0.0 / 0.0);
+  w.end_object();
+  CHECK(w.str() ==
+        R"({"s":"a\"b\\c\nd\te\u0001f\u001f","arr":[1,18446744073709551615,true,null,{}],"neg":-5,"half":0.5,"nan":null})");
+  Json j = parse_json(w.str());
+  CHECK(j["s"].text == "a\"b\\c\nd\te\x01" "f\x1f");  // round trip
+  CHECK(json_quote("é") == "\"é\"");                 // UTF-8 passes through
+}
+
+TEST_CASE("stats dump: schema and numbers equal the stats", "[obs][json]") {
+  RunReport run;
+  Json j = parse_json(stats_json(run.report, "node7"));
+  CHECK(j["version"].i64() == 1);
+  CHECK(j["pid"].i64() == 4242);
+  CHECK(j["host"].text == "node7");
+  CHECK(j["command_line"].text == run.report.command_line);
+  CHECK(j["config"].text == run.report.config.to_string());
+
+  const Json& calls = j["interposer"]["calls"];
+  CHECK(calls.members.size() == static_cast<std::size_t>(Entry::count));
+  for (int e = 0; e < static_cast<int>(Entry::count); ++e)
+    CHECK(calls[entry_name(static_cast<Entry>(e))].u64() == run.report.calls[e]);
+  CHECK(j["interposer"]["passthrough"]["capture"].u64() == 2);
+  CHECK(j["interposer"]["passthrough"]["foreign_pointer"].u64() == 0);
+  CHECK(j["interposer"]["ns_inside"].u64() == 987654321);
+
+  REQUIRE(j["devices"].items.size() == 1);
+  const Json& dev = j["devices"][0];
+  CHECK(dev["device"].i64() == 1);
+  CHECK(dev["device_total"].u64() == 8 * GiB);
+  auto flat = flatten_stats(run.report.devices[0].stats);
+  REQUIRE(flat.size() > 100);
+  CHECK(dev["stats"].members.size() == flat.size());
+  for (const auto& [key, value] : flat) {
+    INFO(key);
+    REQUIRE(dev["stats"].has(key));
+    CHECK(dev["stats"][key].i64() == value);
+  }
+  // Spot checks against what the run did: 3 allocations, one freed.
+  CHECK(dev["stats"]["allocation.all.allocated"].i64() == 3);
+  CHECK(dev["stats"]["allocation.all.current"].i64() == 2);
+  CHECK(dev["stats"]["requested_bytes.all.allocated"].i64() == static_cast<std::int64_t>(3 * MiB + 1000 + 50 * MiB));
+  const DeviceStats& s = run.report.devices[0].stats;
+  CHECK(dev["derived"]["device_allocations_avoided"].i64() == 3 - s.num_device_alloc);
+  CHECK(dev["derived"]["peak_fragmentation"].f64() ==
+        Approx(1.0 - double(s.active_bytes[StatType::aggregate].peak) / double(s.reserved_bytes[StatType::aggregate].peak)));
+}
+
+TEST_CASE("snapshot: every segment with its blocks", "[obs][json]") {
+  RunReport run;
+  Json j = parse_json(snapshot_json(run.report, "node7"));
+  CHECK(j["version"].i64() == 1);
+  const auto& segs = run.report.devices[0].segments;
+  REQUIRE(!segs.empty());
+  const Json& jsegs = j["devices"][0]["segments"];
+  REQUIRE(jsegs.items.size() == segs.size());
+  std::uint64_t total = 0;
+  std::size_t allocated_blocks = 0;
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    const Json& js = jsegs[i];
+    CHECK(js["address"].u64() == segs[i].base);
+    CHECK(js["total_size"].u64() == segs[i].size);
+    CHECK(js["stream"].u64() == segs[i].stream);
+    CHECK(js["segment_type"].text == (segs[i].small_pool ? "small" : "large"));
+    REQUIRE(js["blocks"].items.size() == segs[i].blocks.size());
+    std::uint64_t sum = 0;
+    for (std::size_t k = 0; k < segs[i].blocks.size(); ++k) {
+      const Json& jb = js["blocks"][k];
+      const BlockInfo& b = segs[i].blocks[k];
+      CHECK(jb["address"].u64() == b.ptr);
+      CHECK(jb["size"].u64() == b.size);
+      CHECK(jb["requested_size"].u64() == b.requested);
+      CHECK(jb["state"].text == block_state_name(b.state));
+      sum += b.size;
+      if (b.state == BlockState::allocated) ++allocated_blocks;
+    }
+    CHECK(sum == segs[i].size);  // blocks tile the segment
+    total += segs[i].size;
+  }
+  CHECK(allocated_blocks == 2);  // b and c are live
+  CHECK(total == static_cast<std::uint64_t>(run.report.devices[0].stats.reserved_bytes[StatType::aggregate].current));
+}
+
+TEST_CASE("block state names follow torch.cuda.memory_snapshot()", "[obs][json]") {
+  CHECK(std::string(block_state_name(BlockState::allocated)) == "active_allocated");
+  CHECK(std::string(block_state_name(BlockState::pending_free)) == "active_pending_free");
+  CHECK(std::string(block_state_name(BlockState::inactive)) == "inactive");
+}
