@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# gpu-check.sh — the whole GPU check in one command, for a lent GPU machine
+# (docs/GPU-CHECK.md).  From the repository root:
+#
+#   scripts/gpu-check.sh
+#
+# Steps, each under its own timeout and independent of the others (a failed
+# step still lets the rest run and report):
+#   1. machine: nvidia-smi -L, driver, nvcc, compilers, Python packages
+#   2. configure + build (meson setup build-gpu -Ddeps_include=.deps/usr/include -Dbench=true; ninja)
+#   3. meson test: suites unit, integration, gpu (examples with and without the shim)
+#   4. the examples again under the launcher with stats:stderr (tail of the table shown)
+#   5. real clients (PyTorch, CuPy, JAX, numba) with and without the shim
+#   6. allocation latency benchmarks, static and shared cudart, with and without the shim
+# and prints LAST a table: one row per check (name, PASS/FAIL/SKIP, key figure).
+#
+# Without a GPU it still configures, builds and runs what it can; GPU steps
+# report SKIP.  Artefacts go to $OUT when set (else ./gpu-check-out): at most
+# four files — gpu-check.log, summary.txt, bench.txt, artefacts.tar.gz.
+#
+# Environment: BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET (seconds for
+# the whole run, default 540), JOBS (default nproc).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+START=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET:-540}
+BUILD=${BUILD_DIR:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+OUTDIR=${OUT:-$ROOT/gpu-check-out}
+mkdir -p "$OUTDIR"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+ROWS="$WORK/rows.tsv"
+: >"$ROWS"
+exec > >(tee "$OUTDIR/gpu-check.log") 2>&1
+
+# --- helpers ---------------------------------------------------------------
+elapsed() { echo $(( $(date +%s) - START )); }
+# A step's timeout: what it wants, cut to what is left of the budget (keeping
+# 15 s to bundle and print the table).
+budget_for() {
+  local want=$1 left=$(( BUDGET - $(elapsed) - 15 ))
+  (( left < want )) && want=$left
+  (( want < 5 )) && want=5
+  echo "$want"
+}
+row() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$ROWS"; }
+banner() { printf '\n===== %s  (t=%ss)\n' "$1" "$(elapsed)"; }
+# Runs a command under a timeout, output to the terminal and to a log file.
+# Usage: timed LOGNAME SECONDS cmd...; returns the command's status.
+timed() {
+  local log="$WORK/$1.log" secs=$2
+  shift 2
+  timeout --kill-after=10 "$secs" "$@" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+status_of() { case "$1" in 0) echo PASS ;; 77) echo SKIP ;; 124|137) echo "FAIL" ;; *) echo FAIL ;; esac; }
+timeout_note() { case "$1" in 124|137) echo " (timed out)" ;; *) echo "" ;; esac; }
+
+# --- 1. the machine ----------------------------------------------------------
+banner "1. machine"
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+HAVE_GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && timeout 30 nvidia-smi -L; then
+  HAVE_GPU=1
+  timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
+fi
+gpu_name=$( (timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | head -1)
+if (( HAVE_GPU )); then row "gpu" PASS "${gpu_name:-present}"; else
+  echo "no GPU here (nvidia-smi absent or failing): GPU steps will report SKIP"
+  row "gpu" SKIP "no GPU: GPU steps skipped"
+fi
+for tool in nvcc gcc g++ meson ninja python3; do
+  printf '%-8s %s\n' "$tool" "$( (command -v "$tool" >/dev/null && "$tool" --version 2>&1 | grep -m1 -iE 'release|[0-9]+\.[0-9]+') || echo 'not found')"
+done
+timeout 30 python3 - <<'PY' || true
+import importlib.metadata as md
+for pkg in ["torch", "cupy-cuda13x", "cupy", "jax", "jaxlib", "jax-cuda13-plugin", "numba", "numba-cuda", "numpy"]:
+    try:
+        print(f"python   {pkg} {md.version(pkg)}")
+    except md.PackageNotFoundError:
+        pass
+PY
+
+# --- 2. configure and build --------------------------------------------------
+banner "2. configure and build ($BUILD, -j$JOBS)"
+setup_args=(-Dbench=true)
+[[ -d .deps/usr/include ]] && setup_args+=("-Ddeps_include=$ROOT/.deps/usr/include")
+command -v nvcc >/dev/null 2>&1 && setup_args+=(-Dgpu_tests=enabled)
+[[ -f "$BUILD/meson-private/coredata.dat" ]] && setup_args+=(--wipe)
+t0=$(date +%s)
+timed configure "$(budget_for 90)" meson setup "$BUILD" "${setup_args[@]}"
+rc=$?
+row "configure" "$(status_of $rc)" "meson setup ${setup_args[*]}$(timeout_note $rc)"
+if [[ -f "$BUILD/build.ninja" ]]; then
+  timed build "$(budget_for 300)" ninja -C "$BUILD" -k 0 -j "$JOBS"
+  rc=$?
+  row "build" "$(status_of $rc)" "$(( $(date +%s) - t0 )) s, $(grep -c 'FAILED:' "$WORK/build.log") targets failed$(timeout_note $rc)"
+else
+  row "build" FAIL "not configured"
+fi
+SHIM=$(find "$BUILD" -name 'libcachalloc.so' \( -type f -o -type l \) 2>/dev/null | head -1)
+LAUNCHER=$(find "$BUILD" -name cachalloc -type f -perm -u+x 2>/dev/null | head -1)
+echo "shim:     ${SHIM:-not built}"
+echo "launcher: ${LAUNCHER:-not built (LD_PRELOAD is used directly)}"
+
+# --- 3. meson test -------------------------------------------------------------
+banner "3. meson test: unit, integration, gpu"
+if [[ -f "$BUILD/build.ninja" ]]; then
+  timed tests "$(budget_for 240)" meson test -C "$BUILD" --no-rebuild --print-errorlogs \
+    --suite unit --suite integration --suite gpu --no-suite gpu_clients --num-processes "$JOBS"
+  rc=$?
+  # One row per suite, counted from meson's JSON log.
+  python3 - "$BUILD/meson-logs/testlog.json" "$rc" >>"$ROWS" <<'PY' || row "meson test" FAIL "no test log (exit $rc)"
+import json, sys, collections
+counts = collections.defaultdict(collections.Counter)
+failed = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    suite = next((s.split(":")[-1] for s in t.get("suite", []) if s.split(":")[-1] in ("unit", "integration", "gpu")), "other")
+    counts[suite][t["result"]] += 1
+    if t["result"] not in ("OK", "SKIP", "EXPECTEDFAIL"):
+        failed[suite].append(t["name"])
+for suite in ("unit", "integration", "gpu"):
+    c = counts[suite]
+    if not c:
+        print(f"suite {suite}\tFAIL\tno tests ran (exit {sys.argv[2]})")
+        continue
+    bad = sum(v for k, v in c.items() if k not in ("OK", "SKIP", "EXPECTEDFAIL"))
+    status = "FAIL" if bad else ("SKIP" if c["OK"] == 0 else "PASS")
+    fig = f"{c['OK']} ok, {bad} failed, {c['SKIP']} skipped"
+    if failed[suite]:
+        fig += ": " + " ".join(failed[suite][:4])
+    print(f"suite {suite}\t{status}\t{fig}")
+PY
+  cp "$BUILD/meson-logs/testlog.txt" "$WORK/meson-testlog.txt" 2>/dev/null
+else
+  row "meson test" FAIL "not configured"
+fi
+
+# --- 4. examples under the launcher, stats:stderr ---------------------------
+banner "4. examples with and without the shim (stats:stderr)"
+# The examples run under the launcher when the shim work built one, else
+# with LD_PRELOAD directly; either way the exit table goes to stderr.
+if [[ -n "$LAUNCHER" ]]; then shim_cmd=("$LAUNCHER" --conf stats:stderr --)
+else shim_cmd=(env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr); fi
+for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
+  prog="$BUILD/examples/$ex"
+  if (( ! HAVE_GPU )); then row "example $ex" SKIP "no GPU"; continue; fi
+  if [[ ! -x "$prog" ]]; then row "example $ex" FAIL "not built"; continue; fi
+  if [[ -z "$SHIM" ]]; then row "example $ex" FAIL "libcachalloc.so not built"; continue; fi
+  echo "--- $ex without the shim"
+  t0=$(date +%s%N)
+  timed "$ex-noshim" "$(budget_for 90)" env -u LD_PRELOAD "$prog"
+  rc_bare=$?
+  ms_bare=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "--- $ex under the shim"
+  t0=$(date +%s%N)
+  timeout --kill-after=10 "$(budget_for 90)" "${shim_cmd[@]}" "$prog" \
+    >"$WORK/$ex-shim.out" 2>"$WORK/$ex-shim.err"
+  rc=$?
+  ms_shim=$(( ($(date +%s%N) - t0) / 1000000 ))
+  cat "$WORK/$ex-shim.out"
+  echo "--- stats table (tail of stderr)"
+  tail -n 30 "$WORK/$ex-shim.err"
+  fig="shim ${ms_shim} ms, bare ${ms_bare} ms"
+  free_shim=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-shim.out" | grep -o '[0-9.]*')
+  free_bare=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-noshim.log" | grep -o '[0-9.]*')
+  [[ -n "$free_shim" ]] && fig+="; cudaFree during a busy kernel: ${free_shim} ms (bare ${free_bare:-?} ms)"
+  if [[ $rc -eq 0 && $rc_bare -eq 0 ]] && grep -qE ': PASS$' "$WORK/$ex-shim.out"; then
+    row "example $ex" PASS "$fig"
+  else
+    row "example $ex" FAIL "exit shim=$rc bare=$rc_bare$(timeout_note $rc); $fig"
+  fi
+done
+
+# --- 5. real clients -----------------------------------------------------------
+banner "5. real clients with and without the shim"
+if (( ! HAVE_GPU )); then
+  row "clients" SKIP "no GPU"
+elif [[ -z "$SHIM" ]]; then
+  row "clients" FAIL "libcachalloc.so not built"
+else
+  timed clients "$(budget_for 260)" python3 tests/gpu/clients/run_clients.py \
+    --shim "$SHIM" --out "$WORK/clients" --rows "$WORK/client-rows.tsv"
+  rc=$?
+  if [[ -s "$WORK/client-rows.tsv" ]]; then cat "$WORK/client-rows.tsv" >>"$ROWS"
+  else row "clients" FAIL "no result rows (exit $rc$(timeout_note $rc))"; fi
+fi
+
+# --- 6. benchmarks ---------------------------------------------------------------
+banner "6. allocation latency (host ns per malloc+free pair)"
+: >"$WORK/bench.txt"
+if (( ! HAVE_GPU )); then
+  row "bench" SKIP "no GPU"
+else
+  bench_rc=0
+  for variant in static shared; do
+    prog="$BUILD/examples/gpu_alloc_bench_$variant"
+    [[ -x "$prog" ]] || { echo "$prog not built"; bench_rc=1; continue; }
+    timed "bench-$variant-bare" "$(budget_for 60)" env -u LD_PRELOAD "$prog" "$variant-cudart" || bench_rc=1
+    cat "$WORK/bench-$variant-bare.log" >>"$WORK/bench.txt"
+    if [[ -n "$SHIM" ]]; then
+      timed "bench-$variant-shim" "$(budget_for 60)" env LD_PRELOAD="$SHIM" "$prog" "$variant-cudart" || bench_rc=1
+      cat "$WORK/bench-$variant-shim.log" >>"$WORK/bench.txt"
+    fi
+  done
+  python3 tests/gpu/bench_table.py "$WORK/bench.txt" --rows "$WORK/bench-rows.tsv" | tee "$WORK/bench-table.txt"
+  if [[ -s "$WORK/bench-rows.tsv" ]]; then
+    [[ $bench_rc -eq 0 ]] && cat "$WORK/bench-rows.tsv" >>"$ROWS" || sed 's/\tPASS\t/\tFAIL\t/' "$WORK/bench-rows.tsv" >>"$ROWS"
+  else
+    row "bench" FAIL "no figures (see bench logs)"
+  fi
+  grep '^BENCH' "$WORK/bench.txt" >"$OUTDIR/bench.txt"
+  cat "$WORK/bench-table.txt" >>"$OUTDIR/bench.txt"
+fi
+
+# --- results ---------------------------------------------------------------------
+tar -czf "$OUTDIR/artefacts.tar.gz" -C "$WORK" . 2>/dev/null
+{
+  printf '\n===== gpu-check summary (%s, %s s)\n' "${gpu_name:-no GPU}" "$(elapsed)"
+  awk -F'\t' '{ printf "%-34s %-5s %s\n", $1, $2, $3 }' "$ROWS"
+  printf '%s checks: %s PASS, %s FAIL, %s SKIP\n' "$(wc -l <"$ROWS")" \
+    "$(grep -c $'\tPASS\t' "$ROWS")" "$(grep -c $'\tFAIL\t' "$ROWS")" "$(grep -c $'\tSKIP\t' "$ROWS")"
+} | tee "$OUTDIR/summary.txt"
+final=0
+grep -q $'\tFAIL\t' "$ROWS" && final=1
+rm -rf "$WORK"
+exit $final
