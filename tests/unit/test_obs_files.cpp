@@ -1,0 +1,225 @@
+// test_obs_files.cpp — path templates, atomic writes (symlink refusal, no
+// leftovers), unwritable paths (one warning, no crash), and
+// write_exit_reports() end to end: stats file, stats:stderr, snapshot, trace.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "obs/atomic_file.h"
+#include "obs/path_template.h"
+#include "obs/reports.h"
+#include "test_obs_json_parse.h"
+
+using namespace cachalloc;
+using namespace cachalloc::obs;
+using obs_test::parse_json;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/cachalloc-obs-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    DIR* d = opendir(path.c_str());
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
+    closedir(d);
+    return out;
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs fn with fd 2 redirected to a file; returns what was written there.
+template <typename Fn>
+std::string capture_stderr(Fn fn) {
+  char name[] = "/tmp/cachalloc-stderr-XXXXXX";
+  int fd = mkstemp(name);
+  REQUIRE(fd >= 0);
+  int saved = dup(2);
+  dup2(fd, 2);
+  fn();
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::string text = read_file(name);
+  unlink(name);
+  return text;
+}
+
+struct EnvVar {
+  std::string name;
+  explicit EnvVar(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvVar() { unsetenv(name.c_str()); }
+};
+
+void clear_rank_env() {
+  for (const char* n : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) unsetenv(n);
+}
+
+ProcessReport small_report() {
+  ProcessReport r;
+  r.pid = 77;
+  r.command_line = "./app";
+  DeviceReport d;
+  d.device = 0;
+  d.stats.allocation.increase(false, 1);
+  d.stats.allocated_bytes.increase(false, 2 * MiB);
+  d.stats.reserved_bytes.increase(false, 2 * MiB);
+  d.segments.push_back(SegmentInfo{0x1000, 2 * MiB, 0, false, {BlockInfo{0x1000, 2 * MiB, 2 * MiB - 5, BlockState::allocated, 0}}});
+  r.devices.push_back(d);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("path templates expand %p %h %r %d %%", "[obs][files]") {
+  TemplateContext ctx{"123", "host-a", "5", "20260101-120000"};
+  CHECK(expand_path_template("/tmp/stats-%p.json", ctx) == "/tmp/stats-123.json");
+  CHECK(expand_path_template("%h_%r_%p_%d", ctx) == "host-a_5_123_20260101-120000");
+  CHECK(expand_path_template("100%%.json", ctx) == "100%.json");
+  CHECK(expand_path_template("%x%", ctx) == "%x%");  // unknown and trailing % kept
+  CHECK(expand_path_template("", ctx).empty());
+  CHECK(expand_path_template("plain", ctx) == "plain");
+}
+
+TEST_CASE("rank comes from the first set variable, else 0", "[obs][files]") {
+  clear_rank_env();
+  CHECK(rank_from_environment() == "0");
+  {
+    EnvVar slurm("SLURM_PROCID", "9");
+    CHECK(rank_from_environment() == "9");
+    EnvVar pmi("PMI_RANK", "8");
+    CHECK(rank_from_environment() == "8");
+    EnvVar ompi("OMPI_COMM_WORLD_RANK", "7");
+    CHECK(rank_from_environment() == "7");
+    EnvVar rank("RANK", "6");
+    CHECK(rank_from_environment() == "6");
+    EnvVar empty("RANK", "");  // empty counts as unset
+    CHECK(rank_from_environment() == "7");
+  }
+  CHECK(rank_from_environment() == "0");
+}
+
+TEST_CASE("current template context: this pid, a host, a date", "[obs][files]") {
+  TemplateContext ctx = current_template_context();
+  CHECK(ctx.pid == std::to_string(getpid()));
+  CHECK(!ctx.host.empty());
+  CHECK(ctx.datetime.size() == 15);
+  CHECK(ctx.datetime[8] == '-');
+}
+
+TEST_CASE("atomic write replaces the file and leaves no temporary", "[obs][files]") {
+  TempDir dir;
+  std::string path = dir.path + "/out.json";
+  std::string err;
+  REQUIRE(atomic_write_file(path, "first", &err));
+  REQUIRE(atomic_write_file(path, "second", &err));
+  CHECK(read_file(path) == "second");
+  CHECK(dir.entries() == std::vector<std::string>{"out.json"});
+}
+
+TEST_CASE("atomic write refuses a symbolic link target", "[obs][files]") {
+  TempDir dir;
+  std::string victim = dir.path + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  std::string link = dir.path + "/stats.json";
+  REQUIRE(symlink(victim.c_str(), link.c_str()) == 0);
+  std::string err;
+  CHECK_FALSE(atomic_write_file(link, "evil", &err));
+  CHECK(err.find("symbolic link") != std::string::npos);
+  CHECK(read_file(victim) == "precious");
+  struct stat st {};
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));  // the link is untouched too
+  CHECK(dir.entries().size() == 2);
+}
+
+TEST_CASE("atomic write into a missing or read-only directory fails cleanly", "[obs][files]") {
+  std::string err;
+  CHECK_FALSE(atomic_write_file("/nonexistent-dir-cachalloc/x.json", "data", &err));
+  CHECK(!err.empty());
+  CHECK_FALSE(atomic_write_file("", "data", &err));
+  TempDir dir;
+  CHECK_FALSE(atomic_write_file(dir.path + "/", "data", &err));
+  if (geteuid() != 0) {  // root writes anywhere
+    chmod(dir.path.c_str(), 0500);
+    CHECK_FALSE(atomic_write_file(dir.path + "/x.json", "data", &err));
+    chmod(dir.path.c_str(), 0700);
+  }
+  // A directory at the target: rename fails, the temporary is removed.
+  mkdir((dir.path + "/sub").c_str(), 0700);
+  CHECK_FALSE(atomic_write_file(dir.path + "/sub", "data", &err));
+  CHECK(dir.entries() == std::vector<std::string>{"sub"});
+}
+
+TEST_CASE("unwritable stats path: exactly one warning, other reports still written", "[obs][files]") {
+  TempDir dir;
+  ProcessReport r = small_report();
+  r.config.stats = "/nonexistent-dir-cachalloc/stats-%p.json";
+  r.config.snapshot = dir.path + "/snap.json";
+  std::string err = capture_stderr([&] { write_exit_reports(r, TraceRing::Contents{}); });
+  CHECK(err == "cachalloc: warning: cannot write the stats dump to /nonexistent-dir-cachalloc/stats-" +
+                   std::to_string(getpid()) + ".json: cannot create a temporary file: No such file or directory\n");
+  CHECK(parse_json(read_file(dir.path + "/snap.json"))["devices"][0]["segments"].items.size() == 1);
+}
+
+TEST_CASE("write_exit_reports writes stats, snapshot and trace files", "[obs][files]") {
+  TempDir dir;
+  ProcessReport r = small_report();
+  r.config.stats = dir.path + "/stats-%p-%r.json";
+  r.config.snapshot = dir.path + "/snap-%p.json";
+  r.config.trace = dir.path + "/trace-%p.json";
+  TraceRing ring(8);
+  ring.push(TimedEvent{1000, 0, TraceEvent{TraceKind::segment_map, 0x1000, 2 * MiB, 0, 0, 2 * MiB}});
+  ring.push(TimedEvent{3500, 0, TraceEvent{TraceKind::alloc, 0x1000, 2 * MiB, 0, 2 * MiB, 2 * MiB}});
+  clear_rank_env();
+  std::string err = capture_stderr([&] { write_exit_reports(r, ring.contents()); });
+  CHECK(err.empty());
+  std::string pid = std::to_string(getpid());
+  auto stats = parse_json(read_file(dir.path + "/stats-" + pid + "-0.json"));
+  CHECK(stats["devices"][0]["stats"]["allocated_bytes.all.current"].i64() == static_cast<std::int64_t>(2 * MiB));
+  auto snap = parse_json(read_file(dir.path + "/snap-" + pid + ".json"));
+  CHECK(snap["devices"][0]["segments"][0]["blocks"][0]["requested_size"].u64() == 2 * MiB - 5);
+  auto trace = parse_json(read_file(dir.path + "/trace-" + pid + ".json"));
+  CHECK(trace["traceEvents"].items.size() == 1 + 2 * 3);  // metadata + (instant + 2 counters) per event
+  CHECK(dir.entries().size() == 3);
+}
+
+TEST_CASE("stats:stderr prints the table, no file", "[obs][files]") {
+  ProcessReport r = small_report();
+  r.config.stats = "stderr";
+  std::string err = capture_stderr([&] { write_exit_reports(r, TraceRing::Contents{}); });
+  CHECK(err.find("cachalloc CUDA memory summary, device ID 0") != std::string::npos);
+  CHECK(err.find("| Allocated memory      |   2048 KiB |") != std::string::npos);
+  CHECK(err.find("cachalloc interposer summary") != std::string::npos);
+}
+
+TEST_CASE("nothing configured: nothing written", "[obs][files]") {
+  ProcessReport r = small_report();
+  std::string err = capture_stderr([&] {
+    write_exit_reports(r, TraceRing::Contents{});
+    write_snapshot(r);
+  });
+  CHECK(err.empty());
+}
