@@ -81,7 +81,7 @@ Block* CachingAllocator::new_segment(BlockPool& pool, std::size_t size, StreamId
   ++stats_.num_device_alloc;
 
   auto* segment = new Segment{ptr, seg_size, stream, pool.small, nullptr};
-  auto* block = new Block;
+  Block* block = make_block();
   block->ptr = ptr;
   block->size = seg_size;
   block->stream = stream;
@@ -108,7 +108,7 @@ Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, 
   const bool small = pool.small;
   const bool already_split = block->is_split();
   if (should_split(block, size, pool)) {
-    auto* rest = new Block;
+    Block* rest = make_block();
     rest->ptr = block->ptr + size;
     rest->size = block->size - size;
     rest->stream = block->stream;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <set>
 #include <vector>
 
@@ -59,8 +60,8 @@ struct BlockBySize {
 };
 
 struct BlockPool {
-  explicit BlockPool(bool is_small) : small(is_small) {}
-  std::set<Block*, BlockBySize> blocks;
+  BlockPool(bool is_small, std::pmr::memory_resource* nodes) : blocks(nodes), small(is_small) {}
+  std::pmr::set<Block*, BlockBySize> blocks;  // nodes from the allocator's pool: no malloc per split
   const bool small;
   std::uint64_t lookups = 0;  // get_free_block calls: the clock garbage collection ages blocks by
 };

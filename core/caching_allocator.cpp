@@ -26,11 +26,25 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [base, seg] : segments_) {
     for (Block* b = seg->head; b != nullptr;) {
       Block* next = b->next;
-      delete b;
+      drop_block(b);
       b = next;
     }
     delete seg;
   }
+  for (Block* b : spare_blocks_) delete b;
+}
+
+Block* CachingAllocator::make_block() {
+  if (spare_blocks_.empty()) return new Block;
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  return b;
+}
+
+// Blocks are recycled, not deleted: splits and merges are the hot path.
+void CachingAllocator::drop_block(Block* block) {
+  *block = Block{};
+  spare_blocks_.push_back(block);
 }
 
 Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {

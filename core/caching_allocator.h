@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -26,6 +27,7 @@
 #include "backend.h"
 #include "block.h"
 #include "config.h"
+#include "node_arena.h"
 #include "observer.h"
 #include "stats.h"
 
@@ -139,9 +141,17 @@ class CachingAllocator {
   std::size_t device_total_ = 0;
   mutable std::mutex mutex_;
 
-  BlockPool small_pool_{true};
-  BlockPool large_pool_{false};
-  std::unordered_map<DevicePtr, Block*> live_;   // allocated blocks by address
+  // Container nodes and Block objects come from here, not from malloc: a
+  // cached malloc+free pair then costs no heap call at all.  Declared before
+  // the containers so it outlives them.
+  NodeArena nodes_;
+  std::vector<Block*> spare_blocks_;
+  Block* make_block();
+  void drop_block(Block* block);
+
+  BlockPool small_pool_{true, &nodes_};
+  BlockPool large_pool_{false, &nodes_};
+  std::pmr::unordered_map<DevicePtr, Block*> live_{&nodes_};  // allocated blocks by address
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;  // per stream, in record order
   std::vector<EventId> spare_events_;

@@ -115,7 +115,7 @@ std::size_t CachingAllocator::try_merge(Block* dst, Block* src, BlockPool& pool)
   }
   const std::size_t absorbed = src->size;
   dst->size += absorbed;
-  delete src;
+  drop_block(src);
   return absorbed;
 }
 

@@ -22,7 +22,7 @@ void CachingAllocator::release_segment(Block* block) {
   if (seg->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
   notify(TraceKind::segment_unmap, seg->base, seg->size, seg->stream);
   segments_.erase(seg->base);
-  delete block;
+  drop_block(block);
   delete seg;
 }
 
