@@ -1,0 +1,39 @@
+#!/bin/sh
+# test_obs_report.sh — scripts/cachalloc-report against files written by the
+# C++ writers (test_obs_dumpgen): `summary` reprints the C++ table byte for
+# byte, `diff` compares two runs, `plot` draws a PNG (or, without
+# matplotlib, says so clearly and fails).
+#   test_obs_report.sh DUMPGEN REPORT_SCRIPT
+set -u
+gen=$1
+report=$2
+command -v python3 >/dev/null 2>&1 || exit 77
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$gen" "$dir/a.json" "$dir/a-trace.json" "$dir/a-table.txt" 0 || fail "generator (variant 0)"
+"$gen" "$dir/b.json" "$dir/b-trace.json" "$dir/b-table.txt" 1 || fail "generator (variant 1)"
+
+python3 "$report" summary "$dir/a.json" > "$dir/a-py.txt" || fail "summary exited $?"
+cmp "$dir/a-table.txt" "$dir/a-py.txt" || { diff "$dir/a-table.txt" "$dir/a-py.txt"; fail "summary differs from the C++ table"; }
+python3 "$report" summary "$dir/b.json" | cmp - "$dir/b-table.txt" || fail "summary differs (variant 1)"
+
+python3 "$report" diff "$dir/a.json" "$dir/b.json" > "$dir/diff.txt" || fail "diff exited $?"
+grep -q '^device 0 ' "$dir/diff.txt" || fail "diff has no device 0 section"
+grep -q '^cuMemAlloc_v2 *120 *121 *+1$' "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "diff: cuMemAlloc_v2 row"; }
+grep -q '^allocation.all.allocated ' "$dir/diff.txt" || fail "diff: allocation row"
+python3 "$report" diff --all "$dir/a.json" "$dir/a.json" > "$dir/same.txt" || fail "diff --all exited $?"
+n=$(grep -c '  =$' "$dir/same.txt")
+[ "$n" -ge 100 ] || fail "diff --all of a file with itself: $n equal rows, expected every stat"
+
+python3 "$report" summary "$dir/a-trace.json" > /dev/null 2>&1 && fail "summary accepted a trace file"
+
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  python3 "$report" plot "$dir/a-trace.json" -o "$dir/t.png" || fail "plot exited $?"
+  head -c 8 "$dir/t.png" | od -An -c | grep -q 'P   N   G' || fail "plot did not write a PNG"
+else
+  out=$(python3 "$report" plot "$dir/a-trace.json" -o "$dir/t.png" 2>&1) && fail "plot without matplotlib succeeded"
+  echo "$out" | grep -q 'needs matplotlib' || fail "plot without matplotlib: unclear message: $out"
+fi
+echo "ok"
