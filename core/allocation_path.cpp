@@ -33,16 +33,23 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {
   if (Block* b = take_free_block(pool, size, stream)) return b;
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
-  if (Block* b = new_segment(pool, size, stream, false, err)) return b;
+  if (Block* b = grow(pool, size, stream, false, err)) return b;
   if (*err != kOutOfMemory) return nullptr;  // a driver error is not ours to retry
   if (release_one_cached(segment_size_for(size)))
-    if (Block* b = new_segment(pool, size, stream, true, err)) return b;
+    if (Block* b = grow(pool, size, stream, true, err)) return b;
   if (*err != kOutOfMemory) return nullptr;
   synchronize_events();
   release_all_cached();
   // The flush may have merged blocks on this stream into one that fits.
   if (Block* b = take_free_block(pool, size, stream)) return b;
-  return new_segment(pool, size, stream, true, err);
+  return grow(pool, size, stream, true, err);
+}
+
+// More memory from the device: a new segment, or pages mapped into the
+// stream's expandable segment.
+Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err) {
+  if (config_.expandable_segments) return grow_expandable(pool, size, stream, is_retry, err);
+  return new_segment(pool, size, stream, is_retry, err);
 }
 
 // Best fit on the caller's stream, honouring max_split_size: a request below

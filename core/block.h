@@ -10,6 +10,10 @@
 //  * No two neighbouring blocks are both free: free() merges them.
 //  * Every block of a segment carries the segment's stream and pool; a block
 //    is only reused on that stream (cross-stream reuse goes through events).
+//  * Expandable segments (expandable_segments:true) are one virtual
+//    reservation whose blocks may be unmapped: an unmapped block is page-
+//    aligned, never allocated, in no pool, and never next to another
+//    unmapped block.  Reserved bytes count mapped pages only.
 #pragma once
 
 #include <cstddef>
@@ -33,20 +37,26 @@ struct Block {
   Block* prev = nullptr;       // neighbour at lower address, same segment
   Block* next = nullptr;       // neighbour at higher address, same segment
   bool allocated = false;
+  bool mapped = true;          // false only for unmapped ranges of expandable segments
   int pending_events = 0;      // events to complete before the block is free
   std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
-  bool is_free() const { return !allocated && pending_events == 0; }
+  bool is_free() const { return mapped && !allocated && pending_events == 0; }
 };
 
 struct Segment {
   DevicePtr base = 0;
-  std::size_t size = 0;
+  std::size_t size = 0;        // bytes of address space (the reservation, if expandable)
   StreamId stream = 0;
   bool small = false;
   Block* head = nullptr;
+  // Expandable segments only: page size and one physical handle per page
+  // (0 where unmapped).
+  bool expandable = false;
+  std::size_t page = 0;
+  std::vector<MemHandle> handles;
 };
 
 // Best fit within a stream: order by stream, then size, then address, so that

@@ -94,9 +94,13 @@ void CachingAllocator::empty_cache() {
 std::size_t CachingAllocator::releasable_bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t total = 0;
-  // A segment with no live block is releasable: its blocks are free or only
-  // wait on events, which empty_cache() completes before releasing.
   for (const auto& [base, seg] : segments_) {
+    if (seg->expandable) {
+      total += unmappable_bytes(seg);
+      continue;
+    }
+    // A segment with no live block is releasable: its blocks are free or
+    // only wait on events, which empty_cache() completes before releasing.
     bool any_live = false;
     for (const Block* b = seg->head; b != nullptr && !any_live; b = b->next) any_live = b->allocated;
     if (!any_live) total += seg->size;
@@ -130,9 +134,10 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());
   for (const auto& [base, seg] : segments_) {
-    SegmentInfo info{seg->base, seg->size, seg->stream, seg->small, {}};
+    SegmentInfo info{seg->base, seg->size, seg->stream, seg->small, seg->expandable, {}};
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
-      const BlockState state = b->allocated        ? BlockState::allocated
+      const BlockState state = !b->mapped          ? BlockState::unmapped
+                               : b->allocated      ? BlockState::allocated
                                : b->pending_events ? BlockState::pending_free
                                                    : BlockState::inactive;
       info.blocks.push_back({b->ptr, b->size, b->allocated ? b->requested : 0, state, b->stream});

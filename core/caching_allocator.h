@@ -128,6 +128,20 @@ class CachingAllocator {
   void collect_garbage();
   void report_oom(std::size_t requested, std::size_t rounded, StreamId stream);
 
+  // Expandable segments (expandable.cpp).
+  Block* grow(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
+  Segment* expandable_for(BlockPool& pool, StreamId stream, Status* err);
+  Block* grow_expandable(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
+  Status map_pages(Segment* seg, DevicePtr at, std::size_t bytes);
+  void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
+  Block* split_off_front(Block* b, std::size_t bytes);
+  std::size_t unmap_free_block(Block* b);
+  void add_free_remnant(Block* b);
+  void unmap_all_free_pages();
+  std::size_t mapped_bytes(const Segment* seg) const;
+  std::size_t unmappable_bytes(const Segment* seg) const;
+  std::size_t absorb(Block* dst, Block* src);
+
   // Events from a pool, not created per free.
   EventId acquire_event(Status* err);
   void recycle_event(EventId event);
@@ -153,6 +167,7 @@ class CachingAllocator {
   BlockPool large_pool_{false, &nodes_};
   std::pmr::unordered_map<DevicePtr, Block*> live_{&nodes_};  // allocated blocks by address
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
+  std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;  // per stream, in record order
   std::vector<EventId> spare_events_;
   DeviceStats stats_;

@@ -104,6 +104,11 @@ void CachingAllocator::return_to_pool(Block* block) {
 std::size_t CachingAllocator::try_merge(Block* dst, Block* src, BlockPool& pool) {
   if (src == nullptr || !src->is_free()) return 0;
   pool.blocks.erase(src);
+  return absorb(dst, src);
+}
+
+// Unlinks the neighbour `src` and extends `dst` over it.
+std::size_t CachingAllocator::absorb(Block* dst, Block* src) {
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;

@@ -44,7 +44,7 @@ class AllocatorObserver {
 };
 
 // A copy of the allocator's state for snapshots (see snapshot()).
-enum class BlockState : std::uint8_t { allocated, pending_free, inactive };
+enum class BlockState : std::uint8_t { allocated, pending_free, inactive, unmapped };
 
 struct BlockInfo {
   DevicePtr ptr;
@@ -59,6 +59,7 @@ struct SegmentInfo {
   std::size_t size;
   StreamId stream;
   bool small_pool;
+  bool expandable = false;        // a virtual reservation grown by mapping pages
   std::vector<BlockInfo> blocks;  // in address order
 };
 

@@ -32,7 +32,8 @@ bool CachingAllocator::release_one_cached(std::size_t size) {
   Block* best = nullptr;
   for (BlockPool* pool : {&small_pool_, &large_pool_})
     for (Block* b : pool->blocks)
-      if (!b->is_split() && b->size >= size && (best == nullptr || b->size < best->size)) best = b;
+      if (!b->is_split() && !b->segment->expandable && b->size >= size && (best == nullptr || b->size < best->size))
+        best = b;
   if (best == nullptr) return false;
   release_segment(best);
   return true;
@@ -42,9 +43,10 @@ void CachingAllocator::release_all_cached() {
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> whole;
     for (Block* b : pool->blocks)
-      if (!b->is_split()) whole.push_back(b);
+      if (!b->is_split() && !b->segment->expandable) whole.push_back(b);
     for (Block* b : whole) release_segment(b);
   }
+  if (!expandable_.empty()) unmap_all_free_pages();
 }
 
 // PyTorch's policy: age = pool lookups since the block became free; release
@@ -60,7 +62,7 @@ void CachingAllocator::collect_garbage() {
   std::vector<Block*> candidates;
   std::uint64_t total_age = 0;
   for (Block* b : large_pool_.blocks)
-    if (!b->is_split()) {
+    if (!b->is_split() && !b->segment->expandable) {
       candidates.push_back(b);
       total_age += large_pool_.lookups - b->gc_stamp;
     }

@@ -53,8 +53,8 @@ void CachingAllocator::validate() const {
     check(seg->head->ptr == seg->base, "first block does not start at the segment base", base);
     const bool small = seg->small;
     rc.s.segment.increase(small, 1);
-    rc.s.reserved_bytes.increase(small, static_cast<std::int64_t>(seg->size));
-    if (seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
+    rc.s.reserved_bytes.increase(small, static_cast<std::int64_t>(mapped_bytes(seg)));
+    if (!seg->expandable && seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
     DevicePtr expect = seg->base;
     const bool split = seg->head->next != nullptr;
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
@@ -63,9 +63,23 @@ void CachingAllocator::validate() const {
       check(b->size > 0 && b->size % kMinBlockSize == 0, "block size is not a positive multiple of 512", b->ptr);
       check(b->stream == seg->stream, "block stream differs from its segment's", b->ptr);
       if (b->next != nullptr) check(b->next->prev == b, "neighbours not linked both ways", b->ptr);
-      if (b->next != nullptr)
+      if (b->next != nullptr) {
         check(!(b->is_free() && b->next->is_free()), "two free neighbours left unmerged", b->ptr);
-      check(!(b->allocated && b->pending_events > 0), "block both allocated and awaiting events", b->ptr);
+        check(b->mapped || b->next->mapped, "two unmapped neighbours left unmerged", b->ptr);
+      }
+      if (!b->mapped) {
+        check(seg->expandable, "unmapped block outside an expandable segment", b->ptr);
+        check(!b->allocated && b->pending_events == 0, "unmapped block in use", b->ptr);
+        check((b->ptr - seg->base) % seg->page == 0 && b->size % seg->page == 0, "unmapped range not page-aligned",
+              b->ptr);
+      }
+      if (seg->expandable) {
+        // A mapped block's pages all have handles; an unmapped block's none.
+        const std::size_t first = (b->ptr - seg->base) / seg->page;
+        const std::size_t last = (b->ptr + b->size - 1 - seg->base) / seg->page;
+        for (std::size_t i = first; i <= last; ++i)
+          check((seg->handles[i] != 0) == b->mapped, "page mapping disagrees with block state", b->ptr);
+      }
       const bool in_live = live_.count(b->ptr) != 0 && live_.at(b->ptr) == b;
       check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
       const BlockPool& pool = small ? small_pool_ : large_pool_;
@@ -82,7 +96,9 @@ void CachingAllocator::validate() const {
         check(b->requested <= b->size, "requested size exceeds block size", b->ptr);
         if (b->size >= config_.max_split_size) rc.s.oversize_allocations.increase(1);
       }
-      if (!b->is_free()) {
+      if (!b->mapped) {
+        // address space only: in no statistic
+      } else if (!b->is_free()) {
         rc.s.active.increase(small, 1);
         rc.s.active_bytes.increase(small, bytes);
       } else if (split) {

@@ -119,12 +119,63 @@ class FakeBackend final : public DeviceBackend {
     *out = 2 * MiB;
     return kSuccess;
   }
-  Status vm_reserve(std::size_t, DevicePtr*) override { return kNotSupported; }
-  Status vm_release_range(DevicePtr, std::size_t) override { return kNotSupported; }
-  Status vm_create(std::size_t, MemHandle*) override { return kNotSupported; }
-  Status vm_release(MemHandle) override { return kNotSupported; }
-  Status vm_map(DevicePtr, std::size_t, MemHandle) override { return kNotSupported; }
-  Status vm_unmap(DevicePtr, std::size_t) override { return kNotSupported; }
+  // Virtual memory: reservations are address ranges; each created handle
+  // is device memory (counts in used()); a map must land inside a
+  // reservation on an unmapped, granule-aligned range.
+  Status vm_reserve(std::size_t size, DevicePtr* out) override {
+    next_addr_ = (next_addr_ + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);  // granule-aligned like the driver's
+    *out = next_addr_;
+    next_addr_ += size + 0x10000;
+    reservations_[*out] = size;
+    return kSuccess;
+  }
+  Status vm_release_range(DevicePtr base, std::size_t size) override {
+    auto it = reservations_.find(base);
+    if (it == reservations_.end() || it->second != size) throw std::logic_error("FakeBackend: bad vm_release_range");
+    for (auto& [at, h] : mappings_)
+      if (at >= base && at < base + size) throw std::logic_error("FakeBackend: releasing a range still mapped");
+    reservations_.erase(it);
+    return kSuccess;
+  }
+  Status vm_create(std::size_t size, MemHandle* out) override {
+    ++alloc_calls;
+    if (fail_next_ > 0) {
+      --fail_next_;
+      ++failed_allocs;
+      return kOutOfMemory;
+    }
+    if (used_ + foreign_ + size > total_) {
+      ++failed_allocs;
+      return kOutOfMemory;
+    }
+    *out = next_handle_++;
+    handles_[*out] = size;
+    used_ += size;
+    return kSuccess;
+  }
+  Status vm_release(MemHandle h) override {
+    ++free_calls;
+    auto it = handles_.find(h);
+    if (it == handles_.end()) throw std::logic_error("FakeBackend: vm_release of an unknown handle");
+    used_ -= it->second;
+    handles_.erase(it);
+    return kSuccess;
+  }
+  Status vm_map(DevicePtr at, std::size_t size, MemHandle h) override {
+    if (handles_.count(h) == 0 || handles_[h] != size) throw std::logic_error("FakeBackend: vm_map of a bad handle");
+    if (at % (2 * MiB) != 0) throw std::logic_error("FakeBackend: vm_map not granule-aligned");
+    auto r = reservations_.upper_bound(at);
+    if (r == reservations_.begin() || at + size > std::prev(r)->first + std::prev(r)->second)
+      throw std::logic_error("FakeBackend: vm_map outside any reservation");
+    if (!mappings_.emplace(at, h).second) throw std::logic_error("FakeBackend: vm_map over a mapping");
+    return kSuccess;
+  }
+  Status vm_unmap(DevicePtr at, std::size_t) override {
+    if (mappings_.erase(at) == 0) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
+    return kSuccess;
+  }
+  std::size_t live_mappings() const { return mappings_.size(); }
+  std::size_t live_reservations() const { return reservations_.size(); }
 
  private:
   struct Event {
@@ -148,6 +199,10 @@ class FakeBackend final : public DeviceBackend {
   EventId next_event_ = 1;
   std::map<DevicePtr, std::size_t> segments_;
   std::map<EventId, Event> events_;
+  std::map<DevicePtr, std::size_t> reservations_;
+  std::map<MemHandle, std::size_t> handles_;
+  std::map<DevicePtr, MemHandle> mappings_;
+  MemHandle next_handle_ = 1;
 };
 
 }  // namespace cachalloc::testing

@@ -30,7 +30,8 @@ std::size_t random_size(std::mt19937_64& rng) {
   }
 }
 
-void run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes) {
+// Returns the final statistics so callers can check the paths were exercised.
+DeviceStats run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes) {
   AllocFixture f(cfg, device_bytes);
   std::mt19937_64 rng(seed);
   std::map<DevicePtr, Live> live;
@@ -93,6 +94,7 @@ void run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t de
   for (const auto& [p, l] : live) f.free(p);
   f.empty_cache();
   CHECK(f.backend.used() == 0);
+  return f.stats();
 }
 
 int steps_from_env(int fallback) {
@@ -107,7 +109,17 @@ TEST_CASE("randomized: default configuration, roomy device") {
 }
 
 TEST_CASE("randomized: tight device, OOMs and retries") {
-  for (std::uint64_t seed = 10; seed <= 13; ++seed) run_random(seed, steps_from_env(1500), Config{}, 256 * MiB);
+  std::int64_t ooms = 0, retries = 0, syncs = 0;
+  for (std::uint64_t seed = 10; seed <= 13; ++seed) {
+    const DeviceStats s = run_random(seed, steps_from_env(1500), Config{}, 256 * MiB);
+    ooms += s.num_ooms;
+    retries += s.num_alloc_retries;
+    syncs += s.num_sync_all_streams;
+  }
+  // The run must have gone down the paths it is meant to test.
+  CHECK(ooms > 0);
+  CHECK(retries > 0);
+  CHECK(syncs > 0);
 }
 
 TEST_CASE("randomized: max_split_size, power-of-two rounding, GC and a memory fraction") {
@@ -117,4 +129,25 @@ TEST_CASE("randomized: max_split_size, power-of-two rounding, GC and a memory fr
   cfg.garbage_collection_threshold = 0.6;
   cfg.per_process_memory_fraction = 0.75;
   for (std::uint64_t seed = 20; seed <= 23; ++seed) run_random(seed, steps_from_env(1500), cfg, 512 * MiB);
+}
+
+TEST_CASE("randomized: expandable segments on a tight device") {
+  Config cfg;
+  cfg.expandable_segments = true;
+  std::int64_t ooms = 0, device_frees = 0;
+  for (std::uint64_t seed = 30; seed <= 33; ++seed) {
+    const DeviceStats s = run_random(seed, steps_from_env(1500), cfg, 256 * MiB);
+    ooms += s.num_ooms;
+    device_frees += s.num_device_free;
+  }
+  CHECK(ooms > 0);
+  CHECK(device_frees > 0);  // pages were unmapped along the way
+}
+
+TEST_CASE("randomized: expandable segments with a fraction and max_split_size") {
+  Config cfg;
+  cfg.expandable_segments = true;
+  cfg.per_process_memory_fraction = 0.8;
+  cfg.max_split_size = 40 * MiB;
+  for (std::uint64_t seed = 40; seed <= 43; ++seed) run_random(seed, steps_from_env(1500), cfg, 512 * MiB);
 }

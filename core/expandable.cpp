@@ -1,0 +1,205 @@
+// expandable.cpp — expandable segments (expandable_segments:true).
+//
+// Instead of one device allocation per segment, each (pool, stream) gets one
+// virtual address reservation, and physical pages are mapped at its unmapped
+// ranges when more memory is needed and unmapped from free blocks when memory
+// is released.  A free block can then grow into the address space after it,
+// so a program whose sizes change over time does not strand reserved memory
+// in blocks too small for its next requests (PyTorch's motivation).
+//
+// Pages are 2 MiB in the small pool and 20 MiB in the large pool.  Reserved
+// bytes count mapped pages; the segment statistic counts reservations.
+#include "caching_allocator.h"
+#include "size_policy.h"
+
+namespace cachalloc {
+
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+std::size_t round_down(std::size_t n, std::size_t unit) { return n / unit * unit; }
+
+}  // namespace
+
+Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Status* err) {
+  for (Segment* seg : expandable_)
+    if (seg->small == pool.small && seg->stream == stream) return seg;
+  const std::size_t page = pool.small ? kSmallBuffer : kLargeBuffer;
+  // Room for the whole device and then some, as PyTorch reserves: address
+  // space is cheap, and one stream may end up holding most of the memory.
+  const std::size_t size = round_up(device_total_ + device_total_ / 8 + page, page);
+  DevicePtr base = 0;
+  *err = backend_->vm_reserve(size, &base);
+  if (*err != kSuccess) return nullptr;
+  auto* seg = new Segment{base, size, stream, pool.small, nullptr, true, page, {}};
+  seg->handles.assign(size / page, 0);
+  Block* all = make_block();
+  all->ptr = base;
+  all->size = size;
+  all->stream = stream;
+  all->segment = seg;
+  all->mapped = false;
+  seg->head = all;
+  segments_.emplace(base, seg);
+  expandable_.push_back(seg);
+  stats_.segment.increase(pool.small, 1);
+  return seg;
+}
+
+// Maps `bytes` (whole pages) at `at`; on failure unmaps what it mapped.
+Status CachingAllocator::map_pages(Segment* seg, DevicePtr at, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += seg->page) {
+    MemHandle h = 0;
+    Status st = backend_->vm_create(seg->page, &h);
+    if (st == kSuccess) {
+      st = backend_->vm_map(at + off, seg->page, h);
+      if (st != kSuccess) backend_->vm_release(h);
+    }
+    if (st != kSuccess) {
+      unmap_pages(seg, at, off);
+      return st;
+    }
+    seg->handles[(at + off - seg->base) / seg->page] = h;
+    ++stats_.num_device_alloc;
+  }
+  return kSuccess;
+}
+
+void CachingAllocator::unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += seg->page) {
+    MemHandle& h = seg->handles[(at + off - seg->base) / seg->page];
+    backend_->vm_unmap(at + off, seg->page);
+    backend_->vm_release(h);
+    h = 0;
+    ++stats_.num_device_free;
+  }
+}
+
+// Maps pages at the first unmapped range that, together with a free block
+// just before it, holds `size`; returns that block, out of its pool.
+Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry,
+                                         Status* err) {
+  if (is_retry) ++stats_.num_alloc_retries;
+  Segment* seg = expandable_for(pool, stream, err);
+  if (seg == nullptr) return nullptr;
+  for (Block* u = seg->head; u != nullptr; u = u->next) {
+    if (u->mapped) continue;
+    const std::size_t before = (u->prev != nullptr && u->prev->is_free()) ? u->prev->size : 0;
+    if (size <= before || before + u->size < size) continue;
+    const std::size_t bytes = round_up(size - before, seg->page);
+    if (bytes > u->size) continue;
+    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+    if (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_) break;
+    *err = map_pages(seg, u->ptr, bytes);
+    if (*err != kSuccess) return nullptr;
+    Block* mapped = split_off_front(u, bytes);
+    mapped->mapped = true;
+    stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(bytes));
+    notify(TraceKind::segment_map, mapped->ptr, bytes, stream);
+    return_to_pool(mapped);  // merges with the free block before it
+    pool.blocks.erase(mapped);
+    return mapped;
+  }
+  *err = kOutOfMemory;
+  return nullptr;
+}
+
+// Splits `b` so that it keeps its first `bytes`; the rest becomes a new
+// block after it with the same state.  Returns `b`.
+Block* CachingAllocator::split_off_front(Block* b, std::size_t bytes) {
+  if (bytes == b->size) return b;
+  Block* rest = make_block();
+  rest->ptr = b->ptr + bytes;
+  rest->size = b->size - bytes;
+  rest->stream = b->stream;
+  rest->segment = b->segment;
+  rest->mapped = b->mapped;
+  rest->prev = b;
+  rest->next = b->next;
+  if (rest->next != nullptr) rest->next->prev = rest;
+  b->next = rest;
+  b->size = bytes;
+  return b;
+}
+
+// Unmaps every whole page inside the free block `b`; what is left of `b`
+// on either side stays a free mapped block.  Returns the bytes unmapped.
+std::size_t CachingAllocator::unmap_free_block(Block* b) {
+  Segment* seg = b->segment;
+  const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
+  const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+  if (lo >= hi) return 0;
+  BlockPool& pool = pool_for(seg->small);
+  const bool small = seg->small;
+  pool.blocks.erase(b);
+  if (b->is_split()) {
+    stats_.inactive_split.decrease(small, 1);
+    stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(b->size));
+  }
+  Block* middle = b;
+  if (lo > b->ptr) {  // keep the head mapped
+    middle = split_off_front(b, lo - b->ptr)->next;
+    add_free_remnant(b);
+  }
+  if (hi < middle->ptr + middle->size) add_free_remnant(split_off_front(middle, hi - middle->ptr)->next);
+  unmap_pages(seg, lo, hi - lo);
+  middle->mapped = false;
+  stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(hi - lo));
+  notify(TraceKind::segment_unmap, lo, hi - lo, seg->stream);
+  for (Block* n : {middle->prev, middle->next})
+    if (n != nullptr && !n->mapped) absorb(middle, n);
+  return hi - lo;
+}
+
+// A free mapped piece left beside an unmapped range: back to the pool.
+void CachingAllocator::add_free_remnant(Block* b) {
+  const bool small = b->segment->small;
+  stats_.inactive_split.increase(small, 1);
+  stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(b->size));
+  b->gc_stamp = pool_for(small).lookups;
+  pool_for(small).blocks.insert(b);
+}
+
+void CachingAllocator::unmap_all_free_pages() {
+  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+    std::vector<Block*> free_blocks;
+    for (Block* b : pool->blocks)
+      if (b->segment->expandable) free_blocks.push_back(b);
+    for (Block* b : free_blocks) unmap_free_block(b);
+  }
+  // A reservation with nothing mapped goes back too.
+  for (auto it = expandable_.begin(); it != expandable_.end();) {
+    Segment* seg = *it;
+    if (seg->head->next != nullptr || seg->head->mapped) {
+      ++it;
+      continue;
+    }
+    backend_->vm_release_range(seg->base, seg->size);
+    stats_.segment.decrease(seg->small, 1);
+    segments_.erase(seg->base);
+    drop_block(seg->head);
+    delete seg;
+    it = expandable_.erase(it);
+  }
+}
+
+std::size_t CachingAllocator::mapped_bytes(const Segment* seg) const {
+  if (!seg->expandable) return seg->size;
+  std::size_t n = 0;
+  for (const Block* b = seg->head; b != nullptr; b = b->next)
+    if (b->mapped) n += b->size;
+  return n;
+}
+
+std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
+  std::size_t n = 0;
+  for (const Block* b = seg->head; b != nullptr; b = b->next) {
+    if (b->allocated || !b->mapped) continue;
+    const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
+    const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+    if (lo < hi) n += hi - lo;
+  }
+  return n;
+}
+
+}  // namespace cachalloc

@@ -1,0 +1,110 @@
+// test_expandable.cpp — expandable segments: one reservation per pool and
+// stream, pages mapped on demand and unmapped on release.
+#include "alloc_fixture.h"
+#include "size_policy.h"
+
+using namespace cachalloc;
+using namespace cachalloc::testing;
+
+namespace {
+
+Config expandable() {
+  Config c;
+  c.expandable_segments = true;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("expandable: a small request maps one 2 MiB page of a reservation") {
+  AllocFixture f(expandable(), 1 * GiB);
+  f.malloc(1000);
+  const auto s = f.stats();
+  CHECK(s.segment[StatType::small_pool].current == 1);
+  CHECK(s.reserved_bytes[StatType::small_pool].current == static_cast<std::int64_t>(2 * MiB));
+  CHECK(s.num_device_alloc == 1);
+  CHECK(f.backend.live_reservations() == 1);
+  CHECK(f.backend.used() == 2 * MiB);
+}
+
+TEST_CASE("expandable: a freed block grows in place into newly mapped pages") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(30 * MiB);  // two 20 MiB pages
+  CHECK(f.reserved() == static_cast<std::int64_t>(40 * MiB));
+  f.free(a);
+  const DevicePtr b = f.malloc(50 * MiB);  // the 40 MiB free block + one more page
+  CHECK(b == a);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.stats().segment[StatType::large_pool].current == 1);
+  CHECK(f.backend.live_mappings() == 3);
+}
+
+TEST_CASE("expandable: empty_cache unmaps free pages, keeps live ones, drops empty reservations") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(30 * MiB);
+  const DevicePtr b = f.malloc(25 * MiB);  // 30 + 25 = 55 MiB over three pages
+  f.free(a);
+  CHECK(f.alloc->releasable_bytes() == 20 * MiB);  // only page 0 lies wholly inside a's block
+  f.empty_cache();
+  CHECK(f.reserved() == static_cast<std::int64_t>(40 * MiB));
+  CHECK(f.backend.live_mappings() == 2);
+  const auto snap = f.alloc->snapshot();
+  REQUIRE(snap.size() == 1);
+  CHECK(snap[0].expandable);
+  CHECK(snap[0].blocks[0].state == BlockState::unmapped);
+  CHECK(snap[0].blocks[1].state == BlockState::inactive);  // the 10 MiB of a's block on page 1
+  CHECK(snap[0].blocks[2].state == BlockState::allocated);
+  f.free(b);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+  CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.live_reservations() == 0);
+  CHECK(f.stats().segment[StatType::aggregate].current == 0);
+  CHECK(f.backend.used() == 0);
+}
+
+TEST_CASE("expandable: unmapped holes are mapped again on demand") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(40 * MiB);
+  const DevicePtr b = f.malloc(20 * MiB);
+  f.free(a);
+  f.empty_cache();  // pages 0-1 unmapped, b keeps page 2
+  CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
+  const DevicePtr c = f.malloc(40 * MiB);
+  CHECK(c == a);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  f.free(b);
+  f.free(c);
+}
+
+TEST_CASE("expandable: device OOM unmaps other streams' free pages and retries") {
+  AllocFixture f(expandable(), 100 * MiB);
+  const DevicePtr a = f.malloc(60 * MiB, 0x1);
+  f.free(a);
+  f.malloc(60 * MiB, 0x2);  // 60 MiB more than the device has: stream 1's pages go first
+  CHECK(f.stats().num_alloc_retries >= 1);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.stats().num_ooms == 0);
+  DevicePtr p = 0;
+  CHECK(f.try_malloc(60 * MiB, 0x3, &p) == kOutOfMemory);
+  CHECK(f.stats().num_ooms == 1);
+}
+
+TEST_CASE("expandable: the memory fraction caps mapped bytes") {
+  Config c = expandable();
+  c.per_process_memory_fraction = 0.5;
+  AllocFixture f(c, 200 * MiB);
+  f.malloc(60 * MiB);
+  DevicePtr p = 0;
+  CHECK(f.try_malloc(60 * MiB, 0, &p) == kOutOfMemory);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+}
+
+TEST_CASE("expandable: a failed page map is rolled back") {
+  AllocFixture f(expandable(), 1 * GiB);
+  f.backend.fail_next_allocs(1);
+  const DevicePtr a = f.malloc(30 * MiB);  // the first page fails to map; the retry maps both
+  CHECK(f.backend.used() == static_cast<std::size_t>(f.reserved()));
+  CHECK(f.stats().num_alloc_retries == 1);
+  f.free(a);
+}
