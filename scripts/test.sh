@@ -7,21 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-command -v meson >/dev/null || need+=(meson)
-command -v ninja >/dev/null || need+=(ninja-build)
-command -v g++ >/dev/null || need+=(g++)
-command -v python3 >/dev/null || need+=(python3)
-command -v readelf >/dev/null || need+=(binutils)
-[ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
-[ -f /usr/include/spdlog/spdlog.h ] || need+=(libspdlog-dev)
-[ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "== installing: ${need[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null \
-    || { echo "could not install ${need[*]}"; exit 1; }
-fi
+scripts/install-deps.sh || { echo "could not install the build dependencies"; exit 1; }
 
 jobs=$(nproc)
 build() {  # build DIR [meson options...]
