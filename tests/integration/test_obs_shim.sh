@@ -1,0 +1,89 @@
+#!/bin/sh
+# test_obs_shim.sh — observability through the real shim: test_obs_prog runs
+# with libcachalloc.so preloaded over the fake libcuda.so.1, and its dump is
+# read back and checked against what it did (N allocations of (i+1)*1000
+# bytes, the even ones freed); the dump is also written on SIGTERM (and the
+# program still dies of SIGTERM); a program that never used CUDA writes
+# nothing; stats:stderr prints the table; an unwritable path is one warning.
+#   test_obs_shim.sh PROG LIBCACHALLOC FAKE_LIBCUDA_DIR
+set -u
+prog=$1
+shim=$2
+fakedir=$3
+command -v python3 >/dev/null 2>&1 || exit 77
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+N=10
+
+run() {  # run CONF MODE: runs the program under the shim, stdout/stderr to $dir
+  env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="$1" "$prog" "$2" "$N" \
+    > "$dir/out.txt" 2> "$dir/err.txt"
+}
+
+check_dump() {  # check_dump FILE: numbers equal what the program did
+  python3 - "$1" "$N" <<'PY' || fail "dump $1 does not match the program"
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+freed = (n + 1) // 2
+calls = d["interposer"]["calls"]
+assert calls["cuMemAlloc_v2"] == n, calls
+assert calls["cuMemFree_v2"] == freed, calls
+assert len(d["devices"]) == 1, d["devices"]
+s = d["devices"][0]["stats"]
+assert s["allocation.all.allocated"] == n, s["allocation.all.allocated"]
+assert s["allocation.all.current"] == n - freed, s["allocation.all.current"]
+assert s["requested_bytes.all.allocated"] == sum((i + 1) * 1000 for i in range(n))
+assert s["requested_bytes.all.current"] == sum((i + 1) * 1000 for i in range(1, n, 2))
+assert s["num_ooms"] == 0
+assert d["devices"][0]["derived"]["device_allocations_avoided"] == n - s["num_device_alloc"]
+assert "test_obs_prog" in d["command_line"], d["command_line"]
+assert d["config"].startswith("") and "stats:" in d["config"], d["config"]
+PY
+}
+
+# exit(), return from main
+for mode in exit return; do
+  run "stats:$dir/stats-$mode-%p.json" $mode || fail "$mode: program exited $?"
+  grep -qx done "$dir/out.txt" || fail "$mode: program output lost"
+  f=$(ls "$dir"/stats-$mode-*.json 2>/dev/null)
+  [ -n "$f" ] || { cat "$dir/err.txt"; fail "$mode: no dump written"; }
+  check_dump "$f"
+done
+
+# SIGTERM: dump written, and the program still dies of SIGTERM (143 = 128+15)
+run "stats:$dir/stats-term.json" sigterm
+rc=$?
+[ "$rc" -eq 143 ] || fail "sigterm: exit status $rc, expected 143"
+[ -f "$dir/stats-term.json" ] || { cat "$dir/err.txt"; fail "sigterm: no dump written"; }
+check_dump "$dir/stats-term.json"
+
+# never used CUDA: nothing written
+run "stats:$dir/stats-nocuda.json,trace:$dir/trace-nocuda.json" nocuda || fail "nocuda: exited $?"
+[ ! -e "$dir/stats-nocuda.json" ] && [ ! -e "$dir/trace-nocuda.json" ] || fail "nocuda: a file was written"
+[ ! -s "$dir/err.txt" ] || fail "nocuda: stderr not empty: $(cat "$dir/err.txt")"
+
+# stats:stderr: the table, and the program's stdout intact
+run "stats:stderr" exit || fail "stderr: exited $?"
+grep -qx done "$dir/out.txt" || fail "stderr: program output lost"
+grep -q 'cachalloc CUDA memory summary, device ID 0' "$dir/err.txt" || fail "stderr: no table"
+grep -q "^|    cuMemAlloc_v2  *$N |$" "$dir/err.txt" || fail "stderr: cuMemAlloc_v2 count"
+
+# unwritable path: one warning line, normal exit, output intact
+run "stats:$dir/missing-dir/stats.json" exit || fail "unwritable: exited $?"
+grep -qx done "$dir/out.txt" || fail "unwritable: program output lost"
+[ "$(grep -c 'cachalloc: warning: cannot write the stats dump' "$dir/err.txt")" -eq 1 ] || fail "unwritable: expected one warning"
+
+# trace: the allocations are on the timeline
+run "trace:$dir/trace.json" exit || fail "trace: exited $?"
+python3 - "$dir/trace.json" "$N" <<'PY' || fail "trace content"
+import json, sys
+t = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+names = [e["name"] for e in t["traceEvents"] if e["ph"] == "i"]
+assert names.count("alloc") == n, names
+assert names.count("free") == (n + 1) // 2, names
+assert any(e["ph"] == "C" and e["name"] == "reserved bytes (device 0)" for e in t["traceEvents"])
+PY
+echo ok
