@@ -1,0 +1,24 @@
+// cuda_api.h — <cuda.h> as the shim needs it.
+//
+// cuda.h maps some names to versioned ones with macros (cuGetProcAddress ->
+// cuGetProcAddress_v2, cuMemAlloc -> cuMemAlloc_v2, ...).  The shim defines
+// the real exported names itself, so it needs the 4-argument
+// cuGetProcAddress without the macro, and declarations of the _ptsz
+// variants that cuda.h only declares for the driver's own build.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#undef cuGetProcAddress
+
+extern "C" {
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
+}

@@ -1,0 +1,107 @@
+// cuda_backend.cpp — DeviceBackend primitives as real driver calls.
+#include "cuda_backend.h"
+
+#include "stream_ids.h"
+
+namespace cachalloc::shim {
+namespace {
+
+Status status(CUresult r) { return static_cast<Status>(r); }
+CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
+
+}  // namespace
+
+Status CudaBackend::segment_alloc(std::size_t size, DevicePtr* out) {
+  CUdeviceptr p = 0;
+  CUresult r = d_->cuMemAlloc_v2(&p, size);
+  if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
+  return status(r);
+}
+
+Status CudaBackend::segment_free(DevicePtr ptr) { return status(d_->cuMemFree_v2(static_cast<CUdeviceptr>(ptr))); }
+
+Status CudaBackend::mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  return status(d_->cuMemGetInfo_v2(free_bytes, total_bytes));
+}
+
+Status CudaBackend::event_create(EventId* out) {
+  CUevent e = nullptr;
+  CUresult r = d_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) *out = reinterpret_cast<EventId>(e);
+  return status(r);
+}
+
+// Another thread's per-thread stream cannot be named from here: the core
+// then falls back to synchronize_device().
+Status CudaBackend::event_record(EventId event, StreamId stream) {
+  CUstream s = nullptr;
+  if (!to_cu_stream(stream, &s)) return kInvalidValue;
+  return status(d_->cuEventRecord(as_event(event), s));
+}
+
+Status CudaBackend::event_query(EventId event) { return status(d_->cuEventQuery(as_event(event))); }
+Status CudaBackend::event_synchronize(EventId event) { return status(d_->cuEventSynchronize(as_event(event))); }
+Status CudaBackend::event_destroy(EventId event) { return status(d_->cuEventDestroy_v2(as_event(event))); }
+Status CudaBackend::synchronize_device() { return status(d_->cuCtxSynchronize()); }
+
+CUmemAllocationProp CudaBackend::allocation_prop() const {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  return prop;
+}
+
+Status CudaBackend::vm_granularity(std::size_t* out) {
+  if (d_->cuMemGetAllocationGranularity == nullptr) return kNotSupported;
+  CUmemAllocationProp prop = allocation_prop();
+  return status(d_->cuMemGetAllocationGranularity(out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
+  if (d_->cuMemAddressReserve == nullptr) return kNotSupported;
+  CUdeviceptr p = 0;
+  CUresult r = d_->cuMemAddressReserve(&p, size, 0, 0, 0);
+  if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
+  return status(r);
+}
+
+Status CudaBackend::vm_release_range(DevicePtr base, std::size_t size) {
+  if (d_->cuMemAddressFree == nullptr) return kNotSupported;
+  return status(d_->cuMemAddressFree(static_cast<CUdeviceptr>(base), size));
+}
+
+Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
+  if (d_->cuMemCreate == nullptr) return kNotSupported;
+  CUmemAllocationProp prop = allocation_prop();
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = d_->cuMemCreate(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) *out = static_cast<MemHandle>(h);
+  return status(r);
+}
+
+Status CudaBackend::vm_release(MemHandle handle) {
+  if (d_->cuMemRelease == nullptr) return kNotSupported;
+  return status(d_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)));
+}
+
+// Mapping also grants this device read/write access, as the core expects.
+Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
+  if (d_->cuMemMap == nullptr || d_->cuMemSetAccess == nullptr) return kNotSupported;
+  CUresult r = d_->cuMemMap(static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  if (r != CUDA_SUCCESS) return status(r);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = d_->cuMemSetAccess(static_cast<CUdeviceptr>(at), size, &access, 1);
+  if (r != CUDA_SUCCESS) d_->cuMemUnmap(static_cast<CUdeviceptr>(at), size);
+  return status(r);
+}
+
+Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
+  if (d_->cuMemUnmap == nullptr) return kNotSupported;
+  return status(d_->cuMemUnmap(static_cast<CUdeviceptr>(at), size));
+}
+
+}  // namespace cachalloc::shim

@@ -1,0 +1,44 @@
+// cuda_backend.h — the core's DeviceBackend on the real driver, one per context.
+//
+// Segments are cuMemAlloc_v2/cuMemFree_v2 of the REAL driver (never the
+// shim's own exports); events are created with CU_EVENT_DISABLE_TIMING (the
+// core pools them); the VM primitives serve expandable segments.  Calls are
+// made with the owning context current (the shim guarantees it).
+#pragma once
+
+#include "backend.h"
+#include "real_driver.h"
+
+namespace cachalloc::shim {
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend(const RealDriver* driver, CUdevice device) : d_(driver), device_(device) {}
+
+  Status segment_alloc(std::size_t size, DevicePtr* out) override;
+  Status segment_free(DevicePtr ptr) override;
+  Status mem_info(std::size_t* free_bytes, std::size_t* total_bytes) override;
+
+  Status event_create(EventId* out) override;
+  Status event_record(EventId event, StreamId stream) override;
+  Status event_query(EventId event) override;
+  Status event_synchronize(EventId event) override;
+  Status event_destroy(EventId event) override;
+  Status synchronize_device() override;
+
+  Status vm_granularity(std::size_t* out) override;
+  Status vm_reserve(std::size_t size, DevicePtr* out) override;
+  Status vm_release_range(DevicePtr base, std::size_t size) override;
+  Status vm_create(std::size_t size, MemHandle* out) override;
+  Status vm_release(MemHandle handle) override;
+  Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) override;
+  Status vm_unmap(DevicePtr at, std::size_t size) override;
+
+ private:
+  CUmemAllocationProp allocation_prop() const;
+
+  const RealDriver* d_;
+  CUdevice device_;
+};
+
+}  // namespace cachalloc::shim

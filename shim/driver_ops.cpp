@@ -1,0 +1,182 @@
+// driver_ops.cpp — serve, pass through, or refuse.
+#include "driver_ops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "capture_tracking.h"
+#include "context_registry.h"
+#include "free_policy.h"
+#include "process_state.h"
+#include "stream_ids.h"
+
+namespace cachalloc::shim {
+namespace {
+
+CUresult to_cu(Status s) { return static_cast<CUresult>(s); }
+
+const RealDriver* driver() { return real_driver(); }
+
+void count_foreign() { counters().count(obs::Passthrough::foreign_pointer); }
+void count_capture() { counters().count(obs::Passthrough::capture); }
+
+// Bumped by every stream destruction: a destroyed stream's handle may be
+// reused by the next stream created, which must then be noted again.
+std::atomic<std::uint64_t> g_stream_generation{0};
+
+// Stream use noted once per (context, stream) per thread in the common case:
+// the context's lock is taken only when the stream changes.
+void note_use(ContextState* ctx, StreamId id) {
+  thread_local ContextState* t_ctx = nullptr;
+  thread_local StreamId t_id = 0;
+  thread_local std::uint64_t t_generation = 0;
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  if (id == kLegacyStreamId || (t_ctx == ctx && t_id == id && t_generation == generation)) return;
+  ctx->note_stream(id);
+  t_ctx = ctx;
+  t_id = id;
+  t_generation = generation;
+}
+
+// Frees `ptr` in whichever other context owns it (cross-context frees are
+// legal with unified addressing), with that context made current.
+template <typename FreeFn>
+Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
+  ContextState* owner = find_owner(ptr);
+  if (owner == nullptr || owner == current) return kNotOwned;
+  ContextGuard guard(driver(), owner->context());
+  return free_fn(*owner);
+}
+
+// Stream-ordered free: a free on another stream than the block's waits for
+// that stream (record_stream does nothing for the block's own stream).
+Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
+  Status s = ctx.allocator().record_stream(ptr, id);
+  if (s != kSuccess) return s;
+  return ctx.allocator().free(ptr);
+}
+
+Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
+  return free_by_rule(ctx, ptr, choose_free_rule(config().free_sync, ctx));
+}
+
+CUresult pass_alloc_async(CUdeviceptr* out, size_t size, CUstream s, bool ptsz) {
+  return ptsz ? driver()->cuMemAllocAsync_ptsz(out, size, s) : driver()->cuMemAllocAsync(out, size, s);
+}
+
+CUresult pass_free_async(CUdeviceptr ptr, CUstream s, bool ptsz) {
+  return ptsz ? driver()->cuMemFreeAsync_ptsz(ptr, s) : driver()->cuMemFreeAsync(ptr, s);
+}
+
+}  // namespace
+
+CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    return driver()->cuMemAlloc_v2(out, size);
+  }
+  if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  ContextState* ctx = current_context_state();
+  if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
+  DevicePtr p = 0;
+  Status s = ctx->allocator().malloc(&p, size, kLegacyStreamId);
+  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
+  return to_cu(s);
+}
+
+CUresult do_mem_free(CUdeviceptr ptr) {
+  if (ptr == 0) return CUDA_SUCCESS;
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
+    return driver()->cuMemFree_v2(ptr);
+  }
+  ContextState* ctx = current_context_state();
+  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
+  if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr); });
+  if (s != kNotOwned) return to_cu(s);
+  count_foreign();
+  return driver()->cuMemFree_v2(ptr);
+}
+
+CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz) {
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    return pass_alloc_async(out, size, stream, ptsz);
+  }
+  if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (stream_is_capturing(stream, ptsz)) [[unlikely]] {
+    count_capture();
+    return pass_alloc_async(out, size, stream, ptsz);
+  }
+  ContextState* ctx = current_context_state();
+  if (ctx == nullptr) return pass_alloc_async(out, size, stream, ptsz);
+  const StreamId id = stream_id(stream, ptsz);
+  note_use(ctx, id);
+  DevicePtr p = 0;
+  Status s = ctx->allocator().malloc(&p, size, id);
+  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
+  return to_cu(s);
+}
+
+CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
+  if (ptr == 0) return CUDA_SUCCESS;
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
+    return pass_free_async(ptr, stream, ptsz);
+  }
+  ContextState* ctx = current_context_state();
+  const StreamId id = stream_id(stream, ptsz);
+  if (ctx != nullptr) note_use(ctx, id);
+  Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
+  if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
+  if (s != kNotOwned) return to_cu(s);
+  // Not ours: memory from a capture (a graph memory node) or from elsewhere.
+  if (stream_is_capturing(stream, ptsz)) count_capture();
+  else count_foreign();
+  return pass_free_async(ptr, stream, ptsz);
+}
+
+// Free memory as an allocation could obtain it: the driver's free plus what
+// the cache could release, capped by the per-process fraction.
+CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes) {
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    return driver()->cuMemGetInfo_v2(free_bytes, total_bytes);
+  }
+  size_t f = 0, t = 0;
+  CUresult r = driver()->cuMemGetInfo_v2(&f, &t);
+  if (r != CUDA_SUCCESS) return r;
+  if (ContextState* ctx = current_context_state()) {
+    CachingAllocator& a = ctx->allocator();
+    const size_t releasable = a.releasable_bytes();
+    f = std::min(f + releasable, t);
+    if (config().per_process_memory_fraction < 1.0) {
+      const auto reserved = static_cast<size_t>(a.stats().reserved_bytes[StatType::aggregate].current);
+      const size_t allowed = a.allowed_bytes();
+      const size_t cap = (allowed > reserved ? allowed - reserved : 0) + releasable;
+      f = std::min(f, cap);
+    }
+  }
+  if (free_bytes != nullptr) *free_bytes = f;
+  if (total_bytes != nullptr) *total_bytes = t;
+  return CUDA_SUCCESS;
+}
+
+void note_stream_created(CUstream stream) {
+  if (!serving(current_mode())) return;
+  if (ContextState* ctx = current_context_state()) ctx->note_stream(stream_id(stream, false));
+}
+
+void note_stream_destroyed(CUstream stream) {
+  g_stream_generation.fetch_add(1, std::memory_order_relaxed);
+  if (!serving(current_mode())) return;
+  if (ContextState* ctx = current_context_state()) ctx->forget_stream(stream_id(stream, false));
+}
+
+}  // namespace cachalloc::shim

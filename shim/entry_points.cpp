@@ -1,0 +1,159 @@
+// entry_points.cpp — the exported driver symbols.
+//
+// A program linked against libcuda calls these directly (the preload comes
+// first in symbol lookup); the dlsym and cuGetProcAddress hooks hand out the
+// same functions to programs that look symbols up.  Each wrapper counts its
+// entry, and no exception ever crosses into C.
+#include "capture_tracking.h"
+#include "cuda_api.h"
+#include "driver_ops.h"
+#include "process_state.h"
+#include "real_driver.h"
+
+using namespace cachalloc::shim;
+using cachalloc::obs::Entry;
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+// Runs `body`, turning any exception into CUDA_ERROR_UNKNOWN.
+template <typename Body>
+static CUresult guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+static const RealDriver* drv() { return real_driver(); }
+
+// The real function, or CUDA_ERROR_NOT_FOUND from the enclosing lambda when
+// the driver lacks it (only reachable by a program linked against a libcuda
+// that does not have the symbol it calls).
+#define CACHALLOC_REAL_OR_FAIL(fn)                         \
+  const auto real_fn = drv() ? drv()->fn : nullptr; \
+  if (real_fn == nullptr) return CUDA_ERROR_NOT_FOUND
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  CACHALLOC_ENTRY(cuMemAlloc_v2);
+  return guarded([&] { return do_mem_alloc(dptr, bytesize); });
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  CACHALLOC_ENTRY(cuMemFree_v2);
+  return guarded([&] { return do_mem_free(dptr); });
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  CACHALLOC_ENTRY(cuMemAllocAsync);
+  return guarded([&] { return do_mem_alloc_async(dptr, bytesize, hStream, false); });
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  CACHALLOC_ENTRY(cuMemAllocAsync_ptsz);
+  return guarded([&] { return do_mem_alloc_async(dptr, bytesize, hStream, true); });
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  CACHALLOC_ENTRY(cuMemFreeAsync);
+  return guarded([&] { return do_mem_free_async(dptr, hStream, false); });
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  CACHALLOC_ENTRY(cuMemFreeAsync_ptsz);
+  return guarded([&] { return do_mem_free_async(dptr, hStream, true); });
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  CACHALLOC_ENTRY(cuMemGetInfo_v2);
+  return guarded([&] { return do_mem_get_info(free, total); });
+}
+
+// ---- streams: the free policy needs to know which streams exist ----
+
+EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int flags) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamCreate);
+    CUresult r = real_fn(phStream, flags);
+    if (r == CUDA_SUCCESS) note_stream_created(*phStream);
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamCreateWithPriority);
+    CUresult r = real_fn(phStream, flags, priority);
+    if (r == CUDA_SUCCESS) note_stream_created(*phStream);
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamDestroy_v2);
+    CUresult r = real_fn(hStream);
+    if (r == CUDA_SUCCESS) note_stream_destroyed(hStream);
+    return r;
+  });
+}
+
+// ---- capture: counted so that the allocation path asks the driver only
+// while some capture is in flight (capture_tracking.h) ----
+
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2);
+    CUresult r = real_fn(hStream, mode);
+    if (r == CUDA_SUCCESS) capture_began();
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2_ptsz);
+    CUresult r = real_fn(hStream, mode);
+    if (r == CUDA_SUCCESS) capture_began();
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode* deps,
+                                            const CUgraphEdgeData* depData, size_t numDeps, CUstreamCaptureMode mode) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph);
+    CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
+    if (r == CUDA_SUCCESS) capture_began();
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode* deps,
+                                                 const CUgraphEdgeData* depData, size_t numDeps,
+                                                 CUstreamCaptureMode mode) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph_ptsz);
+    CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
+    if (r == CUDA_SUCCESS) capture_began();
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture);
+    CUresult r = real_fn(hStream, phGraph);
+    capture_ended(r);
+    return r;
+  });
+}
+
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture_ptsz);
+    CUresult r = real_fn(hStream, phGraph);
+    capture_ended(r);
+    return r;
+  });
+}

@@ -1,0 +1,81 @@
+// process_state.cpp — first-use initialization, fork and exit handling.
+#include "process_state.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "context_registry.h"
+#include "real_driver.h"
+#include "shim_observability.h"
+
+namespace cachalloc::shim {
+namespace {
+
+std::atomic<Mode> g_mode{Mode::uninitialized};
+std::once_flag g_init_once;
+
+// Leaked on purpose: read by hooks during exit, after static destructors.
+Config& config_storage() {
+  static Config* c = new Config();
+  return *c;
+}
+
+void on_fork_child() { g_mode.store(Mode::forked, std::memory_order_relaxed); }
+
+void on_exit() {
+  // Later frees are no-ops; no driver call once exit has begun (the driver
+  // may already be tearing down, and cudart's own atexit may follow).
+  if (g_mode.load(std::memory_order_relaxed) == Mode::active) g_mode.store(Mode::exiting, std::memory_order_relaxed);
+}
+
+// Prints the parser's message once; write(2) avoids stdio buffering surprises.
+void report_bad_config(const std::string& message) {
+  std::string line = "cachalloc: CACHALLOC_CONF: " + message + " (cachalloc disabled; calls go to the driver)\n";
+  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+void initialize() {
+  const char* text = std::getenv("CACHALLOC_CONF");
+  std::string message = parse_config(text ? text : "", &config_storage());
+  if (!message.empty()) {
+    config_storage() = Config();
+    report_bad_config(message);
+    g_mode.store(Mode::disabled, std::memory_order_release);
+    return;
+  }
+  if (real_driver() == nullptr) {
+    g_mode.store(Mode::disabled, std::memory_order_release);
+    return;
+  }
+  g_time_wrappers.store(!config_storage().stats.empty(), std::memory_order_relaxed);
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+  std::atexit(on_exit);
+  start_observability(config_storage());
+  g_mode.store(Mode::active, std::memory_order_release);
+}
+
+}  // namespace
+
+std::atomic<bool> g_time_wrappers{false};
+
+Mode current_mode() {
+  Mode m = g_mode.load(std::memory_order_acquire);
+  if (m != Mode::uninitialized) [[likely]] return m;
+  std::call_once(g_init_once, initialize);
+  return g_mode.load(std::memory_order_acquire);
+}
+
+const Config& config() { return config_storage(); }
+
+obs::InterposerCounters& counters() {
+  static obs::InterposerCounters* c = new obs::InterposerCounters();
+  return *c;
+}
+
+}  // namespace cachalloc::shim

@@ -1,0 +1,61 @@
+// process_state.h — whether cachalloc serves allocations in this process.
+//
+// The state is decided on the first call of a hook (never at load time):
+//   active    — CACHALLOC_CONF parsed, libcuda loaded: the cache serves.
+//   disabled  — a bad CACHALLOC_CONF (its message printed once on stderr), or
+//               no usable libcuda: every call goes to the driver unchanged.
+//   forked    — a child of fork(): CUDA state does not survive fork, so the
+//               child passes every call to the driver (pthread_atfork).
+//   exiting   — exit() has begun (atexit handler): frees of cachalloc's
+//               pointers become no-ops and no driver call is made any more.
+// Also the process-wide interposer counters and the optional timing of the
+// wrappers (only with config.stats set, so the default hot path stays lean).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+
+#include "config.h"
+#include "obs/process_report.h"
+
+namespace cachalloc::shim {
+
+enum class Mode : int { uninitialized, active, disabled, forked, exiting };
+
+// Initializes on first call; afterwards one relaxed load.
+Mode current_mode();
+inline bool serving(Mode m) { return m == Mode::active; }
+
+// The effective configuration (defaults until initialized).
+const Config& config();
+
+obs::InterposerCounters& counters();
+
+// Set during initialization when config.stats asks for a report.
+extern std::atomic<bool> g_time_wrappers;
+
+// Adds the wall time of a wrapper to counters().ns_inside when timing is on.
+class WrapperTimer {
+ public:
+  WrapperTimer() : on_(g_time_wrappers.load(std::memory_order_relaxed)) {
+    if (on_) start_ = std::chrono::steady_clock::now();
+  }
+  ~WrapperTimer() {
+    if (!on_) return;
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
+    counters().ns_inside.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+  }
+  WrapperTimer(const WrapperTimer&) = delete;
+  WrapperTimer& operator=(const WrapperTimer&) = delete;
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+// Counts one entry and times the wrapper: `ENTRY_SCOPE(cuMemAlloc_v2);`
+#define CACHALLOC_ENTRY(name)                                   \
+  ::cachalloc::shim::counters().count(::cachalloc::obs::Entry::name); \
+  ::cachalloc::shim::WrapperTimer cachalloc_timer_
+
+}  // namespace cachalloc::shim

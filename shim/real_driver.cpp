@@ -1,0 +1,85 @@
+// real_driver.cpp — opens libcuda.so.1 lazily and resolves the real functions.
+#include "real_driver.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace cachalloc::shim {
+namespace {
+
+template <typename Fn>
+void resolve(void* handle, Fn* slot, const char* name) {
+  *slot = reinterpret_cast<Fn>(real_dlsym(handle, name));
+}
+
+void resolve_all(RealDriver* d) {
+  void* h = d->handle;
+  resolve(h, &d->get_proc_address_v2, "cuGetProcAddress_v2");
+  resolve(h, &d->get_proc_address_v1, "cuGetProcAddress");
+  resolve(h, &d->cuMemAlloc_v2, "cuMemAlloc_v2");
+  resolve(h, &d->cuMemFree_v2, "cuMemFree_v2");
+  resolve(h, &d->cuMemGetInfo_v2, "cuMemGetInfo_v2");
+  resolve(h, &d->cuMemAllocAsync, "cuMemAllocAsync");
+  resolve(h, &d->cuMemAllocAsync_ptsz, "cuMemAllocAsync_ptsz");
+  resolve(h, &d->cuMemFreeAsync, "cuMemFreeAsync");
+  resolve(h, &d->cuMemFreeAsync_ptsz, "cuMemFreeAsync_ptsz");
+  resolve(h, &d->cuStreamCreate, "cuStreamCreate");
+  resolve(h, &d->cuStreamCreateWithPriority, "cuStreamCreateWithPriority");
+  resolve(h, &d->cuStreamDestroy_v2, "cuStreamDestroy_v2");
+  resolve(h, &d->cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2");
+  resolve(h, &d->cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture_v2_ptsz");
+  resolve(h, &d->cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph");
+  resolve(h, &d->cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph_ptsz");
+  resolve(h, &d->cuStreamEndCapture, "cuStreamEndCapture");
+  resolve(h, &d->cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz");
+  resolve(h, &d->cuStreamIsCapturing, "cuStreamIsCapturing");
+  resolve(h, &d->cuCtxGetCurrent, "cuCtxGetCurrent");
+  resolve(h, &d->cuCtxSetCurrent, "cuCtxSetCurrent");
+  resolve(h, &d->cuCtxGetDevice, "cuCtxGetDevice");
+  resolve(h, &d->cuCtxSynchronize, "cuCtxSynchronize");
+  resolve(h, &d->cuEventCreate, "cuEventCreate");
+  resolve(h, &d->cuEventRecord, "cuEventRecord");
+  resolve(h, &d->cuEventQuery, "cuEventQuery");
+  resolve(h, &d->cuEventSynchronize, "cuEventSynchronize");
+  resolve(h, &d->cuEventDestroy_v2, "cuEventDestroy_v2");
+  resolve(h, &d->cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+  resolve(h, &d->cuMemAddressReserve, "cuMemAddressReserve");
+  resolve(h, &d->cuMemAddressFree, "cuMemAddressFree");
+  resolve(h, &d->cuMemCreate, "cuMemCreate");
+  resolve(h, &d->cuMemRelease, "cuMemRelease");
+  resolve(h, &d->cuMemMap, "cuMemMap");
+  resolve(h, &d->cuMemUnmap, "cuMemUnmap");
+  resolve(h, &d->cuMemSetAccess, "cuMemSetAccess");
+}
+
+// What the shim cannot work without: the allocation pair, contexts, events.
+bool has_essentials(const RealDriver& d) {
+  return d.cuMemAlloc_v2 && d.cuMemFree_v2 && d.cuMemGetInfo_v2 && d.cuCtxGetCurrent && d.cuCtxSetCurrent &&
+         d.cuCtxGetDevice && d.cuCtxSynchronize && d.cuEventCreate && d.cuEventRecord && d.cuEventQuery &&
+         d.cuEventSynchronize && d.cuEventDestroy_v2;
+}
+
+std::atomic<const RealDriver*> g_driver{nullptr};
+std::once_flag g_once;
+
+void load() {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY);
+  if (handle == nullptr) return;
+  static RealDriver table;  // trivially destructible: safe at exit
+  table.handle = handle;
+  resolve_all(&table);
+  if (has_essentials(table)) g_driver.store(&table, std::memory_order_release);
+}
+
+}  // namespace
+
+const RealDriver* real_driver() {
+  const RealDriver* d = g_driver.load(std::memory_order_acquire);
+  if (d != nullptr) [[likely]] return d;
+  std::call_once(g_once, load);
+  return g_driver.load(std::memory_order_acquire);
+}
+
+}  // namespace cachalloc::shim

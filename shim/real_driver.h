@@ -1,0 +1,69 @@
+// real_driver.h — the real libcuda, opened at first use and never at load time.
+//
+// Every driver call cachalloc makes goes through this table.  The table is
+// filled on the first call of real_driver(): dlopen("libcuda.so.1") (already
+// loaded in any process that reaches a hook), then the real dlsym on that
+// handle for each versioned symbol, so the shim's own exports are never
+// picked up by mistake.  Functions the driver lacks stay null (the VM
+// primitives on an old driver, for example); callers check.
+#pragma once
+
+#include "cuda_api.h"
+
+namespace cachalloc::shim {
+
+struct RealDriver {
+  void* handle = nullptr;
+  // Driver entry points that lookups are redirected away from.
+  PFN_cuGetProcAddress_v12000 get_proc_address_v2 = nullptr;  // cuGetProcAddress_v2
+  PFN_cuGetProcAddress_v11030 get_proc_address_v1 = nullptr;  // cuGetProcAddress (4 arguments)
+  PFN_cuMemAlloc_v3020 cuMemAlloc_v2 = nullptr;
+  PFN_cuMemFree_v3020 cuMemFree_v2 = nullptr;
+  PFN_cuMemGetInfo_v3020 cuMemGetInfo_v2 = nullptr;
+  PFN_cuMemAllocAsync_v11020 cuMemAllocAsync = nullptr;
+  PFN_cuMemAllocAsync_v11020_ptsz cuMemAllocAsync_ptsz = nullptr;
+  PFN_cuMemFreeAsync_v11020 cuMemFreeAsync = nullptr;
+  PFN_cuMemFreeAsync_v11020_ptsz cuMemFreeAsync_ptsz = nullptr;
+  PFN_cuStreamCreate_v2000 cuStreamCreate = nullptr;
+  PFN_cuStreamCreateWithPriority_v5050 cuStreamCreateWithPriority = nullptr;
+  PFN_cuStreamDestroy_v4000 cuStreamDestroy_v2 = nullptr;
+  PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture_v2 = nullptr;
+  PFN_cuStreamBeginCapture_v10010_ptsz cuStreamBeginCapture_v2_ptsz = nullptr;
+  PFN_cuStreamBeginCaptureToGraph_v12030 cuStreamBeginCaptureToGraph = nullptr;
+  PFN_cuStreamBeginCaptureToGraph_v12030_ptsz cuStreamBeginCaptureToGraph_ptsz = nullptr;
+  PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
+  PFN_cuStreamEndCapture_v10000_ptsz cuStreamEndCapture_ptsz = nullptr;
+  // Used by the shim itself.
+  PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
+  PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
+  PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
+  PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
+  PFN_cuEventCreate_v2000 cuEventCreate = nullptr;
+  PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
+  PFN_cuEventQuery_v2000 cuEventQuery = nullptr;
+  PFN_cuEventSynchronize_v2000 cuEventSynchronize = nullptr;
+  PFN_cuEventDestroy_v4000 cuEventDestroy_v2 = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity = nullptr;
+  PFN_cuMemAddressReserve_v10020 cuMemAddressReserve = nullptr;
+  PFN_cuMemAddressFree_v10020 cuMemAddressFree = nullptr;
+  PFN_cuMemCreate_v10020 cuMemCreate = nullptr;
+  PFN_cuMemRelease_v10020 cuMemRelease = nullptr;
+  PFN_cuMemMap_v10020 cuMemMap = nullptr;
+  PFN_cuMemUnmap_v10020 cuMemUnmap = nullptr;
+  PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
+};
+
+// The table, loaded on first call; nullptr when libcuda.so.1 cannot be
+// opened or lacks the essentials (then every hook passes through — though a
+// hook is only reached once a real libcuda symbol was found).
+const RealDriver* real_driver();
+
+// The real dlsym (glibc's), resolved with dlvsym; defined in dlsym_hook.cpp.
+void* real_dlsym(void* handle, const char* name);
+
+// The handle of libcuda.so.1 if the process has loaded it, else nullptr.
+// Never loads it (RTLD_NOLOAD).
+void* loaded_libcuda_handle();
+
+}  // namespace cachalloc::shim

@@ -1,0 +1,70 @@
+// report_source.cpp — cachalloc_collect_report(): the process state for the
+// exit reports, and the start of observability at first CUDA use.
+//
+// Reads only the core's state and the counters: no driver call (it runs at
+// exit and possibly in a signal handler).
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "context_registry.h"
+#include "exit_hooks.h"
+#include "obs/log.h"
+#include "obs/process_observer.h"
+#include "process_state.h"
+#include "shim_observability.h"
+
+namespace cachalloc::shim {
+namespace {
+
+// argv joined by spaces, from /proc/self/cmdline (NUL-separated).
+std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  for (char& c : raw)
+    if (c == '\0') c = ' ';
+  return raw;
+}
+
+void copy_counters(obs::ProcessReport* report) {
+  const obs::InterposerCounters& c = counters();
+  for (std::size_t i = 0; i < report->calls.size(); ++i) report->calls[i] = c.calls[i].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < report->passthrough.size(); ++i)
+    report->passthrough[i] = c.passthrough[i].load(std::memory_order_relaxed);
+  report->ns_inside = c.ns_inside.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void start_observability(const Config& cfg) {
+  obs::init_logging(cfg);
+  obs::ProcessObserver::instance().configure(cfg);
+  cachalloc_install_exit_hooks(cfg);
+}
+
+}  // namespace cachalloc::shim
+
+cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
+  using namespace cachalloc;
+  obs::ProcessReport report;
+  try {
+    report.config = shim::config();
+    report.pid = static_cast<int>(getpid());
+    report.command_line = shim::command_line();
+    for (shim::ContextState* ctx : shim::all_context_states()) {
+      obs::DeviceReport d;
+      d.device = ctx->device();
+      d.stats = ctx->allocator().stats();
+      d.device_total = ctx->device_total();
+      if (with_segments) d.segments = ctx->allocator().snapshot();
+      report.devices.push_back(std::move(d));
+    }
+    shim::copy_counters(&report);
+  } catch (...) {
+    // A partial report is better than none; never throw into the exit path.
+  }
+  return report;
+}

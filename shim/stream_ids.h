@@ -1,0 +1,50 @@
+// stream_ids.h — CUstream handles as the core's StreamId, and back.
+//
+// The core keys blocks by StreamId.  Two handles mean different streams
+// depending on who passes them: 0 is the legacy stream for a plain entry
+// point but the calling thread's per-thread default stream for a _ptsz one,
+// and CU_STREAM_PER_THREAD (0x2) names a different stream in every thread.
+// So: the legacy stream is StreamId 0 (0 and CU_STREAM_LEGACY alike); a
+// thread's per-thread default stream is an odd token made from the address
+// of a thread_local (unique among live threads; real CUstream handles are
+// aligned pointers, hence even); any other handle is its own value.
+#pragma once
+
+#include "cuda_api.h"
+#include "types.h"
+
+namespace cachalloc::shim {
+
+inline constexpr StreamId kLegacyStreamId = 0;
+
+// This thread's per-thread default stream token.
+inline StreamId per_thread_stream_id() {
+  alignas(8) static thread_local char anchor;
+  return reinterpret_cast<StreamId>(&anchor) + 1;
+}
+
+inline bool is_per_thread_id(StreamId id) { return (id & 1u) != 0; }
+
+// The StreamId of `s` as passed to a plain (ptsz = false) or _ptsz entry point.
+inline StreamId stream_id(CUstream s, bool ptsz) {
+  if (s == nullptr) return ptsz ? per_thread_stream_id() : kLegacyStreamId;
+  if (s == CU_STREAM_LEGACY) return kLegacyStreamId;
+  if (s == CU_STREAM_PER_THREAD) return per_thread_stream_id();
+  return reinterpret_cast<StreamId>(s);
+}
+
+// The handle for a plain driver call from this thread; false when `id` is
+// another thread's per-thread stream (which this thread cannot name).
+inline bool to_cu_stream(StreamId id, CUstream* out) {
+  if (id == kLegacyStreamId) {
+    *out = CU_STREAM_LEGACY;
+  } else if (is_per_thread_id(id)) {
+    if (id != per_thread_stream_id()) return false;
+    *out = CU_STREAM_PER_THREAD;
+  } else {
+    *out = reinterpret_cast<CUstream>(id);
+  }
+  return true;
+}
+
+}  // namespace cachalloc::shim

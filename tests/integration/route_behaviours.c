@@ -1,0 +1,488 @@
+/* route_behaviours.c — the semantic rules every route must show under the shim.
+ *
+ * Each behaviour drives the driver API through the route's function
+ * pointers and reads the fake driver's counters to tell what reached the
+ * driver: a served allocation does not reach cuMemAlloc_v2 of the fake, a
+ * pass-through does.  Streams held busy (fake_cuda_hold_stream) stand in for
+ * kernels still running, which is how the fence rules are observed. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "route_common.h"
+
+#define MiB ((size_t)1 << 20)
+
+static const char* g_route = "?";
+static const struct cuda_api* A;
+
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", g_route, __FILE__, __LINE__, #cond); \
+      return 1;                                                                          \
+    }                                                                                    \
+  } while (0)
+#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
+
+static struct fake_cuda_stats_t stats(void) {
+  struct fake_cuda_stats_t s;
+  A->fake_stats(&s);
+  return s;
+}
+
+/* cuInit, device 0, its primary context made current. */
+static int setup(void) {
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK_CU(A->init(0));
+  CHECK_CU(A->device_get(&dev, 0));
+  CHECK_CU(A->primary_ctx_retain(&ctx, dev));
+  CHECK_CU(A->ctx_set_current(ctx));
+  return 0;
+}
+
+/* A malloc/free/malloc of one size reaches the driver once: the cache served it. */
+static int served(void) {
+  CUdeviceptr p = 0, q = 0;
+  unsigned long before = stats().mem_alloc;
+  CHECK_CU(A->mem_alloc(&p, 1000));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, 1000));
+  CHECK(q == p);
+  CHECK(stats().mem_alloc == before + 1);
+  CHECK(stats().mem_free == 0);
+  /* The memory is usable. */
+  unsigned char buf[1000];
+  CHECK_CU(A->memset_d8(q, 0x5a, sizeof buf));
+  CHECK_CU(A->memcpy_dtoh(buf, q, sizeof buf));
+  CHECK(buf[0] == 0x5a && buf[999] == 0x5a);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* The functions the route handed out are cachalloc's, not the driver's. */
+static int intercepted(void) {
+  CHECK((void*)A->mem_alloc != A->fake_raw("cuMemAlloc_v2"));
+  CHECK((void*)A->mem_free != A->fake_raw("cuMemFree_v2"));
+  CHECK((void*)A->mem_alloc_async != A->fake_raw("cuMemAllocAsync"));
+  CHECK((void*)A->mem_free_async != A->fake_raw("cuMemFreeAsync"));
+  CHECK((void*)A->mem_alloc_async_ptsz != A->fake_raw("cuMemAllocAsync_ptsz"));
+  CHECK((void*)A->mem_free_async_ptsz != A->fake_raw("cuMemFreeAsync_ptsz"));
+  CHECK((void*)A->mem_get_info != A->fake_raw("cuMemGetInfo_v2"));
+  CHECK((void*)A->stream_create != A->fake_raw("cuStreamCreate"));
+  CHECK((void*)A->begin_capture != A->fake_raw("cuStreamBeginCapture_v2"));
+  /* The per-thread variants are distinct wrappers. */
+  CHECK((void*)A->mem_alloc_async_ptsz != (void*)A->mem_alloc_async);
+  CHECK((void*)A->mem_free_async_ptsz != (void*)A->mem_free_async);
+  return served();
+}
+
+static int free_null(void) {
+  CHECK_CU(A->mem_free(0));
+  CHECK(stats().mem_free_invalid == 0);
+  return 0;
+}
+
+static int zero_size(void) {
+  CUdeviceptr p = 0;
+  CHECK(A->mem_alloc(&p, 0) == CUDA_ERROR_INVALID_VALUE);
+  return 0;
+}
+
+/* Double free and interior pointers are refused and change nothing. */
+static int double_free(void) {
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->mem_alloc(&p, 4096));
+  CHECK_CU(A->mem_alloc(&q, 4096));
+  CHECK_CU(A->mem_free(p));
+  CHECK(A->mem_free(p) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(A->mem_free(q + 512) == CUDA_ERROR_INVALID_VALUE);
+  struct fake_cuda_stats_t s = stats();
+  CHECK(s.mem_free == 0 && s.mem_free_invalid == 0); /* nothing reached the driver */
+  CHECK_CU(A->mem_free(q));                           /* q is still live */
+  CHECK_CU(A->mem_alloc(&r, 4096));                   /* and the cache still serves */
+  CHECK(r == p || r == q);
+  CHECK(stats().mem_alloc == s.mem_alloc);
+  CHECK_CU(A->mem_free(r));
+  return 0;
+}
+
+/* Blocks are aligned to 512 B and never overlap. */
+static int alignment(void) {
+  enum { N = 64 };
+  CUdeviceptr p[N];
+  size_t size[N];
+  for (int i = 0; i < N; ++i) {
+    size[i] = 1 + (size_t)i * 7919 % (3 * MiB);
+    CHECK_CU(A->mem_alloc(&p[i], size[i]));
+    CHECK(p[i] % 512 == 0);
+  }
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < N; ++j)
+      if (i != j) CHECK(p[i] + size[i] <= p[j] || p[j] + size[j] <= p[i]);
+  for (int i = 0; i < N; ++i) CHECK_CU(A->mem_free(p[i]));
+  return 0;
+}
+
+/* With another stream alive, a freed block is not handed out again while
+ * work on that stream may still use it; once the stream is idle it is. */
+static int fence(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
+  CHECK(stats().event_record > 0);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK(r == p);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->mem_free(r));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* A program using only the legacy stream pays nothing: stream-ordered reuse,
+ * no event, no synchronization. */
+static int legacy_only(void) {
+  CUdeviceptr p = 0, q = 0;
+  A->fake_hold(NULL, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q == p);
+  struct fake_cuda_stats_t s = stats();
+  CHECK(s.event_record == 0 && s.ctx_sync == 0 && s.event_sync == 0);
+  A->fake_hold(NULL, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* free_sync:stream reuses at once even with another stream busy. */
+static int policy_stream(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q == p);
+  CHECK(stats().event_record == 0);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* free_sync:device synchronizes the context on each free, then reuses. */
+static int policy_device(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1);
+  unsigned long syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q == p);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* cuMemAllocAsync/cuMemFreeAsync on one stream: reuse at once, even while
+ * the stream is busy (stream order protects it). */
+static int async_same_stream(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1);
+  CHECK_CU(A->mem_alloc_async(&p, MiB, s));
+  CHECK_CU(A->mem_free_async(p, s));
+  CHECK_CU(A->mem_alloc_async(&q, MiB, s));
+  CHECK(q == p);
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.mem_alloc_async == 0 && st.mem_alloc == 1); /* one segment, from the cache */
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_free_async(q, s));
+  return 0;
+}
+
+/* Freed on another stream: reusable only after the free's event. */
+static int async_other_stream(void) {
+  CUstream s1, s2;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s1, 0));
+  CHECK_CU(A->stream_create(&s2, 0));
+  A->fake_hold(s2, 1);
+  CHECK_CU(A->mem_alloc_async(&p, MiB, s1));
+  CHECK_CU(A->mem_free_async(p, s2));
+  CHECK_CU(A->mem_alloc_async(&q, MiB, s1));
+  CHECK(q != p);
+  A->fake_hold(s2, 0);
+  CHECK_CU(A->mem_alloc_async(&r, MiB, s1));
+  CHECK(r == p);
+  CHECK_CU(A->mem_free_async(q, s1));
+  CHECK_CU(A->mem_free_async(r, s1));
+  return 0;
+}
+
+/* The per-thread default stream through the _ptsz entry points. */
+static int async_ptsz(void) {
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->mem_alloc_async_ptsz(&p, MiB, NULL));
+  CHECK_CU(A->mem_free_async_ptsz(p, NULL));
+  CHECK_CU(A->mem_alloc_async_ptsz(&q, MiB, NULL));
+  CHECK(q == p);
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.mem_alloc_async == 0 && st.mem_alloc_async_ptsz == 0 && st.mem_alloc == 1);
+  CHECK_CU(A->mem_free_async_ptsz(q, CU_STREAM_PER_THREAD));
+  return 0;
+}
+
+/* During capture the allocation and its free go to the driver untouched. */
+static int capture(void) {
+  CUstream s;
+  CUgraph g;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  CHECK_CU(A->begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(A->mem_alloc_async(&p, MiB, s));
+  CHECK(stats().mem_alloc_async == 1);
+  CHECK_CU(A->mem_free_async(p, s));
+  CHECK(stats().mem_free_async == 1);
+  CHECK_CU(A->end_capture(s, &g));
+  CHECK_CU(A->mem_alloc_async(&q, MiB, s)); /* after the capture: the cache again */
+  CHECK(stats().mem_alloc_async == 1);
+  CHECK_CU(A->mem_free_async(q, s));
+  return 0;
+}
+
+/* A pointer cachalloc never handed out goes to the driver's free. */
+static int foreign(void) {
+  PFN_cuMemAlloc_v3020 raw_alloc = (PFN_cuMemAlloc_v3020)A->fake_raw("cuMemAlloc_v2");
+  PFN_cuMemAllocAsync_v11020 raw_alloc_async = (PFN_cuMemAllocAsync_v11020)A->fake_raw("cuMemAllocAsync");
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(raw_alloc(&p, 4096));
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().mem_free == 1);
+  CHECK_CU(raw_alloc_async(&q, 4096, NULL));
+  CHECK_CU(A->mem_free_async(q, NULL));
+  CHECK(stats().mem_free_async == 1);
+  CHECK(stats().mem_free_invalid == 0);
+  return 0;
+}
+
+/* Out of memory after the retry path; the cache is given back on the way
+ * and later allocations work.  Run with FAKE_CUDA_TOTAL_MB=64. */
+static int oom(void) {
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK(A->mem_alloc(&p, 100 * MiB) == CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK_CU(A->mem_alloc(&p, 30 * MiB));
+  CHECK_CU(A->mem_free(p)); /* cached: 30 MiB held */
+  CHECK_CU(A->mem_alloc(&q, 50 * MiB)); /* fits only once the cache is released */
+  CHECK(stats().mem_free == 1);
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->mem_free(r));
+  return 0;
+}
+
+/* Free memory counts what the cache could release. */
+static int meminfo(void) {
+  CUdeviceptr p = 0;
+  size_t f = 0, t = 0;
+  CHECK_CU(A->mem_alloc(&p, 20 * MiB));
+  CHECK_CU(A->mem_free(p));
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.live_bytes >= 20 * MiB); /* the driver sees the cached segment as used */
+  CHECK_CU(A->mem_get_info(&f, &t));
+  CHECK(t == st.total_bytes);
+  CHECK(f == t); /* everything cached is releasable */
+  return 0;
+}
+
+/* ... and respects per_process_memory_fraction:0.5. */
+static int meminfo_fraction(void) {
+  CUdeviceptr p = 0;
+  size_t f = 0, t = 0;
+  CHECK_CU(A->mem_get_info(&f, &t));
+  CHECK(f == t / 2);
+  CHECK_CU(A->mem_alloc(&p, 20 * MiB));
+  CHECK_CU(A->mem_get_info(&f, &t));
+  CHECK(f == t / 2 - 20 * MiB); /* the 20 MiB segment is in use */
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_get_info(&f, &t));
+  CHECK(f == t / 2);
+  CHECK(A->mem_alloc(&p, t / 2 + MiB) == CUDA_ERROR_OUT_OF_MEMORY);
+  return 0;
+}
+
+/* One cache per context; a free from another context goes to the owner. */
+static int two_contexts(void) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext c1, c2;
+  CUdeviceptr p = 0, q = 0, r = 0, s = 0;
+  CHECK(create != NULL);
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(create(&c2, 0, 0));
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->ctx_set_current(c2));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
+  CHECK(stats().mem_alloc == 2); /* c1's cached block was not used in c2 */
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK(r == p);
+  CHECK_CU(A->ctx_set_current(c2));
+  CHECK_CU(A->mem_free(r)); /* c1's block freed while c2 is current */
+  CHECK(stats().mem_free == 0);
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&s, MiB));
+  CHECK(s == p);
+  CHECK(stats().mem_alloc == 2);
+  return 0;
+}
+
+/* A bad CACHALLOC_CONF: one message on stderr, then every call passes. */
+static int bad_conf(void) {
+  char path[] = "/tmp/cachalloc-badconf-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  int saved = dup(2);
+  dup2(fd, 2);
+  CUdeviceptr p = 0, q = 0;
+  CUresult r1 = A->mem_alloc(&p, 1000);
+  CUresult r2 = A->mem_free(p);
+  CUresult r3 = A->mem_alloc(&q, 1000);
+  dup2(saved, 2);
+  CHECK(r1 == CUDA_SUCCESS && r2 == CUDA_SUCCESS && r3 == CUDA_SUCCESS);
+  char text[4096] = {0};
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  CHECK(n > 0);
+  CHECK(strstr(text, "CACHALLOC_CONF") != NULL);
+  CHECK(strstr(text, "bogus_key") != NULL);
+  CHECK(strchr(text, '\n') == text + n - 1); /* exactly one line */
+  CHECK(stats().mem_alloc == 2 && stats().mem_free == 1);
+  return 0;
+}
+
+/* In a forked child the driver sees every call. */
+static int forked(void) {
+  CUdeviceptr p = 0;
+  CHECK_CU(A->mem_alloc(&p, 1000));
+  CHECK_CU(A->mem_free(p));
+  pid_t pid = fork();
+  if (pid == 0) {
+    CUdeviceptr q = 0, r = 0;
+    unsigned long before = stats().mem_alloc;
+    if (A->mem_alloc(&q, 1000) != CUDA_SUCCESS || A->mem_free(q) != CUDA_SUCCESS) _exit(2);
+    if (A->mem_alloc(&r, 1000) != CUDA_SUCCESS) _exit(3);
+    _exit(stats().mem_alloc == before + 2 && stats().mem_free == 1 ? 0 : 4);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return 0;
+}
+
+/* Once exit() has begun, frees of cachalloc pointers are no-ops and nothing
+ * reaches the driver.  The check runs in an atexit handler registered before
+ * CUDA was first used, so it runs after cachalloc's own. */
+static CUdeviceptr g_exit_ptr;
+static void check_at_exit(void) {
+  struct fake_cuda_stats_t before = stats();
+  CUdeviceptr q = 0;
+  int ok = A->mem_free(g_exit_ptr) == CUDA_SUCCESS && A->mem_alloc(&q, 1000) != CUDA_SUCCESS;
+  struct fake_cuda_stats_t after = stats();
+  ok = ok && after.mem_free == before.mem_free && after.mem_alloc == before.mem_alloc;
+  if (!ok) {
+    fprintf(stderr, "[%s] driver reached or free refused during exit\n", g_route);
+    _exit(1);
+  }
+}
+static int at_exit(void) {
+  CHECK_CU(A->mem_alloc(&g_exit_ptr, 1000));
+  return 0;
+}
+
+/* dlsym(RTLD_NEXT, ...) still means "after the caller" under the hook. */
+static int rtld_next(void) {
+  void* next = dlsym(RTLD_NEXT, "dlsym");
+  void* first = dlsym(RTLD_DEFAULT, "dlsym");
+  CHECK(next != NULL && next == first); /* the preloaded dlsym is next after the program */
+  Dl_info info;
+  CHECK(dladdr(first, &info) != 0 && strstr(info.dli_fname, "libcachalloc") != NULL);
+  return 0;
+}
+
+struct behaviour {
+  const char* name;
+  int (*run)(void);
+};
+
+static const struct behaviour behaviours[] = {
+  {"served", served},
+  {"intercepted", intercepted},
+  {"free_null", free_null},
+  {"zero_size", zero_size},
+  {"double_free", double_free},
+  {"alignment", alignment},
+  {"fence", fence},
+  {"legacy_only", legacy_only},
+  {"policy_stream", policy_stream},
+  {"policy_device", policy_device},
+  {"async_same_stream", async_same_stream},
+  {"async_other_stream", async_other_stream},
+  {"async_ptsz", async_ptsz},
+  {"capture", capture},
+  {"foreign", foreign},
+  {"oom", oom},
+  {"meminfo", meminfo},
+  {"meminfo_fraction", meminfo_fraction},
+  {"two_contexts", two_contexts},
+  {"bad_conf", bad_conf},
+  {"fork", forked},
+  {"at_exit", at_exit},
+  {"rtld_next", rtld_next},
+};
+
+int api_complete(const struct cuda_api* api) {
+  const void* const* p = (const void* const*)api;
+  size_t n = sizeof *api / sizeof(void*);
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] == NULL) {
+      fprintf(stderr, "function %zu of struct cuda_api was not found\n", i);
+      return 0;
+    }
+  return 1;
+}
+
+int run_behaviour(const char* route, const char* name, const struct cuda_api* api) {
+  static struct cuda_api copy; /* outlives main for the at_exit check */
+  g_route = route;
+  copy = *api;
+  A = &copy;
+  if (!api_complete(api)) return 1;
+  if (strcmp(name, "at_exit") == 0) atexit(check_at_exit);
+  for (size_t i = 0; i < sizeof behaviours / sizeof behaviours[0]; ++i) {
+    if (strcmp(behaviours[i].name, name) != 0) continue;
+    if (setup() != 0) return 1;
+    return behaviours[i].run();
+  }
+  fprintf(stderr, "unknown behaviour %s\n", name);
+  return 1;
+}

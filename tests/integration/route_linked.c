@@ -1,0 +1,38 @@
+/* route_linked.c — a program linked against libcuda (-lcuda): the preload
+ * comes first in symbol lookup, so the shim's exports answer the calls.
+ * Usage: route_linked BEHAVIOUR */
+#include <stdio.h>
+
+#include "route_common.h"
+
+/* cuda.h declares these only for per-thread-default-stream builds. */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  struct cuda_api api = {
+    .init = cuInit,
+    .device_get = cuDeviceGet,
+    .primary_ctx_retain = cuDevicePrimaryCtxRetain,
+    .ctx_set_current = cuCtxSetCurrent,
+    .ctx_synchronize = cuCtxSynchronize,
+    .stream_create = cuStreamCreate,
+    .stream_destroy = cuStreamDestroy_v2,
+    .begin_capture = cuStreamBeginCapture_v2,
+    .end_capture = cuStreamEndCapture,
+    .mem_alloc = cuMemAlloc_v2,
+    .mem_free = cuMemFree_v2,
+    .mem_alloc_async = cuMemAllocAsync,
+    .mem_free_async = cuMemFreeAsync,
+    .mem_alloc_async_ptsz = cuMemAllocAsync_ptsz,
+    .mem_free_async_ptsz = cuMemFreeAsync_ptsz,
+    .mem_get_info = cuMemGetInfo_v2,
+    .memset_d8 = cuMemsetD8_v2,
+    .memcpy_dtoh = cuMemcpyDtoH_v2,
+    .fake_stats = fake_cuda_stats,
+    .fake_hold = fake_cuda_hold_stream,
+    .fake_raw = fake_cuda_lookup_raw,
+  };
+  return run_behaviour("linked", argv[1], &api);
+}
