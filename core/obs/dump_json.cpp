@@ -60,7 +60,7 @@ void segment_object(JsonWriter& w, const SegmentInfo& s) {
   std::uint64_t allocated = 0, active = 0, requested = 0;
   for (const BlockInfo& b : s.blocks) {
     if (b.state == BlockState::allocated) allocated += b.size;
-    if (b.state != BlockState::inactive) active += b.size;
+    if (b.state == BlockState::allocated || b.state == BlockState::pending_free) active += b.size;
     requested += b.requested;
   }
   w.begin_object();
@@ -71,6 +71,7 @@ void segment_object(JsonWriter& w, const SegmentInfo& s) {
   w.field("requested_size", requested);
   w.field("stream", static_cast<std::uint64_t>(s.stream));
   w.field("segment_type", s.small_pool ? "small" : "large");
+  w.field("expandable", s.expandable);
   w.key("blocks");
   w.begin_array();
   for (const BlockInfo& b : s.blocks) block_object(w, b);
@@ -85,6 +86,7 @@ const char* block_state_name(BlockState s) {
     case BlockState::allocated: return "active_allocated";
     case BlockState::pending_free: return "active_pending_free";
     case BlockState::inactive: return "inactive";
+    case BlockState::unmapped: return "unmapped";
   }
   return "?";
 }

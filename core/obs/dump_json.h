@@ -14,8 +14,10 @@
 //   {"version":1, "pid":N, "host":"...", "devices":[{"device":0, "segments":[
 //     {"address":N, "total_size":N, "allocated_size":N, "active_size":N,
 //      "requested_size":N, "stream":N, "segment_type":"small"|"large",
+//      "expandable":bool,
 //      "blocks":[{"address":N, "size":N, "requested_size":N,
-//                 "state":"active_allocated"|"active_pending_free"|"inactive",
+//                 "state":"active_allocated"|"active_pending_free"|"inactive"
+//                         |"unmapped" (expandable segments: address range without pages),
 //                 "stream":N}, ...]}]}]}
 #pragma once
 

@@ -45,13 +45,26 @@ struct TempDir {
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
 };
 
-// Runs `body` in a child process; returns its wait status.
+// Exit code of a child; see in_child.
+int g_child_code = 0;
+
+// exit() from a child: runs the atexit handlers (the hooks under test).
+[[noreturn]] void child_exit(int code) {
+  g_child_code = code;
+  std::exit(code);
+}
+
+// Runs `body` in a child process; returns its wait status.  The child ends
+// through child_exit() (atexit handlers run, the hooks' first) and then
+// _exit()s before Catch2's own static destructors, which do not expect to
+// run in a forked copy (its XML/JUnit reporter crashes there).
 int in_child(const std::function<void()>& body) {
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     // Catch2 installs handlers for fatal signals; a plain program has none.
     for (int sig : {SIGTERM, SIGINT, SIGUSR2}) signal(sig, SIG_DFL);
+    std::atexit([] { _exit(g_child_code); });  // registered before the hooks: runs after them
     body();
     _exit(0);
   }
@@ -83,7 +96,12 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
   r.command_line = "test_obs_exit_hooks";
   cachalloc::obs::DeviceReport d;
   d.stats.allocation.increase(false, 1);
-  if (with_segments) d.segments.push_back(SegmentInfo{0x2000, 4096, 0, true, {}});
+  if (with_segments) {
+    SegmentInfo seg{};
+    seg.base = 0x2000;
+    seg.size = 4096;
+    d.segments.push_back(seg);
+  }
   r.devices.push_back(d);
   return r;
 }
@@ -95,7 +113,7 @@ TEST_CASE("exit() writes the dump once", "[obs][hooks]") {
   int status = in_child([&] {
     cachalloc_install_exit_hooks(g_config);
     cachalloc_install_exit_hooks(g_config);  // idempotent
-    std::exit(3);
+    child_exit(3);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
@@ -140,7 +158,7 @@ TEST_CASE("SIGINT with a program handler: chained, reports at the later exit", "
     cachalloc_install_exit_hooks(g_config);
     raise(SIGINT);
     // The program's handler ran; nothing written yet; it decides to exit.
-    std::exit(handled == 1 && !exists(dir.path + "/stats.json") ? 5 : 6);
+    child_exit(handled == 1 && !exists(dir.path + "/stats.json") ? 5 : 6);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 5);
@@ -157,7 +175,7 @@ TEST_CASE("an ignored SIGTERM stays ignored", "[obs][hooks]") {
     signal(SIGTERM, SIG_IGN);
     cachalloc_install_exit_hooks(g_config);
     raise(SIGTERM);
-    std::exit(exists(dir.path + "/stats.json") ? 6 : 0);
+    child_exit(exists(dir.path + "/stats.json") ? 6 : 0);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -177,7 +195,7 @@ TEST_CASE("snapshot signal writes a snapshot and the program goes on", "[obs][ho
     if (!exists(snap)) _exit(7);
     unlink(snap.c_str());
     raise(SIGUSR2);  // every signal, not just the first
-    std::exit(exists(snap) ? 0 : 8);
+    child_exit(exists(snap) ? 0 : 8);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -194,7 +212,7 @@ TEST_CASE("no report configured: no handlers, nothing written", "[obs][hooks]") 
     cachalloc_install_exit_hooks(g_config);
     struct sigaction sa {};
     sigaction(SIGTERM, nullptr, &sa);
-    std::exit(sa.sa_handler == SIG_DFL ? 0 : 9);
+    child_exit(sa.sa_handler == SIG_DFL ? 0 : 9);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -208,10 +226,10 @@ TEST_CASE("a fork child does not write the parent's reports", "[obs][hooks]") {
   int status = in_child([&] {
     cachalloc_install_exit_hooks(g_config);
     pid_t grandchild = fork();
-    if (grandchild == 0) std::exit(0);  // runs atexit handlers: must not write
+    if (grandchild == 0) child_exit(0);  // runs atexit handlers: must not write
     int st = 0;
     waitpid(grandchild, &st, 0);
-    std::exit(exists(g_calls_file) ? 10 : 0);
+    child_exit(exists(g_calls_file) ? 10 : 0);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -226,7 +244,7 @@ TEST_CASE("write_exit_reports_once writes once", "[obs][hooks]") {
     cachalloc_install_exit_hooks(g_config);
     bool first = cachalloc_write_exit_reports_once();
     bool second = cachalloc_write_exit_reports_once();
-    std::exit(first && !second ? 0 : 11);  // and exit() must not write again
+    child_exit(first && !second ? 0 : 11);  // and exit() must not write again
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

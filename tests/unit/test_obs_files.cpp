@@ -86,7 +86,11 @@ ProcessReport small_report() {
   d.stats.allocation.increase(false, 1);
   d.stats.allocated_bytes.increase(false, 2 * MiB);
   d.stats.reserved_bytes.increase(false, 2 * MiB);
-  d.segments.push_back(SegmentInfo{0x1000, 2 * MiB, 0, false, {BlockInfo{0x1000, 2 * MiB, 2 * MiB - 5, BlockState::allocated, 0}}});
+  SegmentInfo seg{};
+  seg.base = 0x1000;
+  seg.size = 2 * MiB;
+  seg.blocks.push_back(BlockInfo{0x1000, 2 * MiB, 2 * MiB - 5, BlockState::allocated, 0});
+  d.segments.push_back(seg);
   r.devices.push_back(d);
   return r;
 }

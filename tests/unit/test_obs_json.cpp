@@ -126,6 +126,7 @@ TEST_CASE("snapshot: every segment with its blocks", "[obs][json]") {
     CHECK(js["total_size"].u64() == segs[i].size);
     CHECK(js["stream"].u64() == segs[i].stream);
     CHECK(js["segment_type"].text == (segs[i].small_pool ? "small" : "large"));
+    CHECK(js["expandable"].b == segs[i].expandable);
     REQUIRE(js["blocks"].items.size() == segs[i].blocks.size());
     std::uint64_t sum = 0;
     for (std::size_t k = 0; k < segs[i].blocks.size(); ++k) {
@@ -149,4 +150,38 @@ TEST_CASE("block state names follow torch.cuda.memory_snapshot()", "[obs][json]"
   CHECK(std::string(block_state_name(BlockState::allocated)) == "active_allocated");
   CHECK(std::string(block_state_name(BlockState::pending_free)) == "active_pending_free");
   CHECK(std::string(block_state_name(BlockState::inactive)) == "inactive");
+  CHECK(std::string(block_state_name(BlockState::unmapped)) == "unmapped");
+}
+
+TEST_CASE("snapshot of expandable segments marks them and their unmapped ranges", "[obs][json]") {
+  testing::FakeBackend backend(8 * GiB);
+  Config cfg;
+  cfg.expandable_segments = true;
+  CachingAllocator alloc(&backend, cfg, 0);
+  DevicePtr a = 0, b = 0;
+  REQUIRE(alloc.malloc(&a, 30 * MiB, 0) == kSuccess);
+  REQUIRE(alloc.malloc(&b, 30 * MiB, 0) == kSuccess);
+  REQUIRE(alloc.free(b) == kSuccess);
+  alloc.empty_cache();  // unmaps b's pages
+  ProcessReport r;
+  DeviceReport d;
+  d.segments = alloc.snapshot();
+  r.devices.push_back(d);
+  Json j = parse_json(snapshot_json(r, "h"));
+  bool saw_expandable = false, saw_unmapped = false;
+  for (const Json& seg : j["devices"][0]["segments"].items) {
+    if (!seg["expandable"].b) continue;
+    saw_expandable = true;
+    std::uint64_t allocated = 0, active = 0;
+    for (const Json& blk : seg["blocks"].items) {
+      if (blk["state"].text == "active_allocated") allocated += blk["size"].u64();
+      if (blk["state"].text.rfind("active_", 0) == 0) active += blk["size"].u64();
+      saw_unmapped = saw_unmapped || blk["state"].text == "unmapped";
+    }
+    CHECK(seg["allocated_size"].u64() == allocated);
+    CHECK(seg["active_size"].u64() == active);  // unmapped ranges are not active
+    CHECK(allocated >= 30 * MiB);
+  }
+  CHECK(saw_expandable);
+  CHECK(saw_unmapped);
 }
