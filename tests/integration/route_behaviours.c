@@ -7,6 +7,7 @@
  * kernels still running, which is how the fence rules are observed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 static const char* g_route = "?";
 static const struct cuda_api* A;
+static CUcontext g_ctx; /* device 0's primary context */
 
 #define CHECK(cond)                                                                      \
   do {                                                                                   \
@@ -44,6 +46,7 @@ static int setup(void) {
   CHECK_CU(A->device_get(&dev, 0));
   CHECK_CU(A->primary_ctx_retain(&ctx, dev));
   CHECK_CU(A->ctx_set_current(ctx));
+  g_ctx = ctx;
   return 0;
 }
 
@@ -250,6 +253,46 @@ static int async_ptsz(void) {
   return 0;
 }
 
+/* This thread's per-thread default stream is fenced like any other: an
+ * event on CU_STREAM_PER_THREAD guards the freed block. */
+static int ptsz_fence(void) {
+  CUdeviceptr a = 0, p = 0, q = 0, r = 0;
+  CHECK_CU(A->mem_alloc_async_ptsz(&a, 4096, NULL)); /* the per-thread stream is now in use */
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK(r == p);
+  return 0;
+}
+
+static void* use_ptsz_in_thread(void* ok) {
+  CUdeviceptr p = 0;
+  *(int*)ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc_async_ptsz(&p, 4096, NULL) == CUDA_SUCCESS &&
+              A->mem_free_async_ptsz(p, NULL) == CUDA_SUCCESS;
+  return NULL;
+}
+
+/* Per-thread default streams of other threads cannot be fenced from here:
+ * once two threads used them, a plain free synchronizes the context. */
+static int ptsz_threads(void) {
+  CUdeviceptr a = 0, p = 0;
+  int ok = 0;
+  pthread_t t;
+  CHECK_CU(A->mem_alloc_async_ptsz(&a, 4096, NULL));
+  CHECK(pthread_create(&t, NULL, use_ptsz_in_thread, &ok) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(ok);
+  unsigned long syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().ctx_sync == syncs + 1);
+  return 0;
+}
+
 /* During capture the allocation and its free go to the driver untouched. */
 static int capture(void) {
   CUstream s;
@@ -448,6 +491,8 @@ static const struct behaviour behaviours[] = {
   {"async_same_stream", async_same_stream},
   {"async_other_stream", async_other_stream},
   {"async_ptsz", async_ptsz},
+  {"ptsz_fence", ptsz_fence},
+  {"ptsz_threads", ptsz_threads},
   {"capture", capture},
   {"foreign", foreign},
   {"oom", oom},
