@@ -2,6 +2,8 @@
  * allocates N buffers of (i+1)*1000 bytes with cuMemAlloc_v2, frees the even
  * ones with cuMemFree_v2, and ends the way argv[1] says:
  *   exit | return | sigterm | nocuda (never touches CUDA)
+ *   usr2  raise SIGUSR2, then _exit(0) (so only the signal can write a file)
+ *   oom   then ask for 1 TiB, expect CUDA_ERROR_OUT_OF_MEMORY, exit(0)
  * It prints "done" on stdout before ending, so the test can check that the
  * program's own output survives. */
 #include <cuda.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
@@ -35,6 +38,15 @@ int main(int argc, char** argv) {
   }
   printf("done\n");
   fflush(stdout);
+  if (strcmp(mode, "oom") == 0) {
+    CUdeviceptr p;
+    CUresult r = cuMemAlloc_v2(&p, (size_t)1 << 40);
+    exit(r == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 4);
+  }
+  if (strcmp(mode, "usr2") == 0) {
+    raise(SIGUSR2);
+    _exit(0);
+  }
   if (strcmp(mode, "exit") == 0) exit(0);
   if (strcmp(mode, "sigterm") == 0) {
     raise(SIGTERM);

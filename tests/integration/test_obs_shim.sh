@@ -86,4 +86,26 @@ assert names.count("alloc") == n, names
 assert names.count("free") == (n + 1) // 2, names
 assert any(e["ph"] == "C" and e["name"] == "reserved bytes (device 0)" for e in t["traceEvents"])
 PY
+# snapshot_signal: the snapshot is written on the signal, the program goes on
+run "snapshot:$dir/snap-%p.json,snapshot_signal:USR2" usr2 || fail "usr2: exited $?"
+f=$(ls "$dir"/snap-*.json 2>/dev/null)
+[ -n "$f" ] || { cat "$dir/err.txt"; fail "usr2: no snapshot written on the signal"; }
+python3 - "$f" "$N" <<'PY' || fail "snapshot content"
+import json, sys
+s = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+blocks = [b for seg in s["devices"][0]["segments"] for b in seg["blocks"]]
+live = sorted(b["requested_size"] for b in blocks if b["state"] == "active_allocated")
+assert live == [(i + 1) * 1000 for i in range(1, n, 2)], live
+PY
+[ ! -e "$dir/stats-usr2.json" ] || fail "usr2: unexpected dump"
+
+# out of memory: one readable message at error level, in log_file when given
+run "" oom || fail "oom: exited $?"
+grep -q '\[cachalloc [0-9]* error\] CUDA out of memory. Tried to allocate 1024.00 GiB' "$dir/err.txt" ||
+  { cat "$dir/err.txt"; fail "oom: no OOM report on stderr"; }
+run "log_file:$dir/log-%p.txt" oom || fail "oom/log_file: exited $?"
+grep -q 'CUDA out of memory' "$dir/err.txt" && fail "oom/log_file: report went to stderr"
+cat "$dir"/log-*.txt | grep -q 'error\] CUDA out of memory.*Device 0 has a total capacity of 1.00 GiB' ||
+  fail "oom/log_file: no report in the log file"
 echo ok
