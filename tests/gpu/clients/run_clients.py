@@ -34,7 +34,7 @@ CLIENTS = {
                                      "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, False),
     "numba": ("numba_client.py", "numba", {}, False),
 }
-RUN_TIMEOUT = 150
+RUN_TIMEOUT = 100  # seconds per run; a training step takes well under 30
 
 
 def run(script, env, log_path):
