@@ -1,0 +1,80 @@
+/* bench_shim.c — host-side cost of the shim's paths, on the fake driver.
+ *
+ * Not a test: run by hand (docs/INTERPOSER.md quotes its output).  Reaches
+ * the driver through dlsym on the libcuda handle, so the same binary runs
+ * with and without LD_PRELOAD=libcachalloc.so.  Prints ns per
+ * cuMemAlloc_v2+cuMemFree_v2 pair for a few sizes with `streams` extra
+ * streams alive (0 = legacy stream only; >0 makes free_sync:auto fence), and
+ * ns per dlsym lookup of a non-CUDA name and of a driver name.
+ * Usage: bench_shim [streams] */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* Median over `rounds` rounds of `iters` pairs each. */
+static double pair_ns(PFN_cuMemAlloc_v3020 alloc, PFN_cuMemFree_v3020 release, size_t size) {
+  enum { rounds = 9, iters = 2000 };
+  double r[rounds];
+  for (int k = 0; k < rounds; ++k) {
+    double t0 = now_ns();
+    for (int i = 0; i < iters; ++i) {
+      CUdeviceptr p;
+      if (alloc(&p, size) != CUDA_SUCCESS || release(p) != CUDA_SUCCESS) {
+        fprintf(stderr, "allocation failed\n");
+        exit(1);
+      }
+    }
+    r[k] = (now_ns() - t0) / iters;
+  }
+  qsort(r, rounds, sizeof r[0], cmp);
+  return r[rounds / 2];
+}
+
+static double dlsym_ns(void* handle, const char* name) {
+  enum { iters = 200000 };
+  double t0 = now_ns();
+  for (int i = 0; i < iters; ++i)
+    if (dlsym(handle, name) == NULL) return -1;
+  return (now_ns() - t0) / iters;
+}
+
+int main(int argc, char** argv) {
+  int streams = argc > 1 ? atoi(argv[1]) : 0;
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) return 1;
+  PFN_cuInit_v2000 init = (PFN_cuInit_v2000)dlsym(h, "cuInit");
+  PFN_cuDeviceGet_v2000 device_get = (PFN_cuDeviceGet_v2000)dlsym(h, "cuDeviceGet");
+  PFN_cuDevicePrimaryCtxRetain_v7000 retain = (PFN_cuDevicePrimaryCtxRetain_v7000)dlsym(h, "cuDevicePrimaryCtxRetain");
+  PFN_cuCtxSetCurrent_v4000 set_current = (PFN_cuCtxSetCurrent_v4000)dlsym(h, "cuCtxSetCurrent");
+  PFN_cuStreamCreate_v2000 stream_create = (PFN_cuStreamCreate_v2000)dlsym(h, "cuStreamCreate");
+  PFN_cuMemAlloc_v3020 alloc = (PFN_cuMemAlloc_v3020)dlsym(h, "cuMemAlloc_v2");
+  PFN_cuMemFree_v3020 release = (PFN_cuMemFree_v3020)dlsym(h, "cuMemFree_v2");
+  CUdevice dev;
+  CUcontext ctx;
+  if (init(0) || device_get(&dev, 0) || retain(&ctx, dev) || set_current(ctx)) return 1;
+  for (int i = 0; i < streams; ++i) {
+    CUstream s;
+    if (stream_create(&s, 0)) return 1;
+  }
+  printf("streams=%d  512B %.0f ns  1MiB %.0f ns  64MiB %.0f ns per alloc+free pair\n", streams,
+         pair_ns(alloc, release, 512), pair_ns(alloc, release, 1 << 20), pair_ns(alloc, release, 64u << 20));
+  printf("dlsym: non-CUDA name %.0f ns, cuMemAlloc_v2 on libcuda %.0f ns\n", dlsym_ns(RTLD_DEFAULT, "printf"),
+         dlsym_ns(h, "cuMemAlloc_v2"));
+  return 0;
+}
