@@ -17,10 +17,14 @@ std::string human(std::size_t bytes) {
   return fmt::format("{:.2f} GiB", v / GiB);
 }
 
-// Fragmentation is the likely culprit when the cache holds at least as much
-// unallocated memory as was asked for, or a fifth of what it reserved.
+// Fragmentation is the likely culprit when the request would have fitted in
+// the cache's unallocated reserve plus what the device could still give
+// (driver free, capped by the fraction) — had the reserve been contiguous.
+// A request larger than all of that is simply too big: no hint.
 bool fragmentation_hint(const OomReport& r, std::size_t unallocated) {
-  return unallocated > 0 && (unallocated >= r.rounded || unallocated * 5 >= r.reserved);
+  std::size_t under_fraction = r.allowed > r.reserved ? r.allowed - r.reserved : 0;
+  std::size_t headroom = r.device_free < under_fraction ? r.device_free : under_fraction;
+  return unallocated > 0 && unallocated + headroom >= r.rounded;
 }
 
 }  // namespace

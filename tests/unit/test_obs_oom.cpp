@@ -63,6 +63,17 @@ TEST_CASE("no fragmentation hint when the cache holds little unallocated memory"
   std::string m = format_oom_message(0, r, "");
   CHECK(contains(m, "4.00 MiB is reserved by cachalloc but unallocated"));
   CHECK_FALSE(contains(m, "expandable_segments"));
+  // More than the device could ever give: no hint either.
+  r = sample();
+  r.requested = r.rounded = 1024 * GiB;
+  CHECK_FALSE(contains(format_oom_message(0, r, ""), "expandable_segments"));
+  // Fits in unallocated reserve + driver free (1.5 GiB), had it been contiguous: hint.
+  r = sample();
+  r.allocated = r.reserved - 2 * GiB;
+  CHECK(contains(format_oom_message(0, r, ""), "expandable_segments"));
+  // ...but not when the fraction leaves no room beyond the reserve.
+  r.allowed = r.reserved;
+  CHECK_FALSE(contains(format_oom_message(0, r, ""), "expandable_segments"));
   r.allocated = r.reserved = 0;
   r.requested = r.rounded = 512;
   CHECK(contains(format_oom_message(0, r, ""), "Tried to allocate 512 bytes"));
