@@ -108,4 +108,8 @@ run "log_file:$dir/log-%p.txt" oom || fail "oom/log_file: exited $?"
 grep -q 'CUDA out of memory' "$dir/err.txt" && fail "oom/log_file: report went to stderr"
 cat "$dir"/log-*.txt | grep -q 'error\] CUDA out of memory.*Device 0 has a total capacity of 1.00 GiB' ||
   fail "oom/log_file: no report in the log file"
+# an unopenable log_file: one warning, the report still reaches stderr
+run "log_file:$dir/missing-dir/log.txt" oom || fail "oom/bad log_file: exited $?"
+[ "$(grep -c 'cachalloc: warning: cannot open log_file' "$dir/err.txt")" -eq 1 ] || fail "bad log_file: expected one warning"
+grep -q 'error\] CUDA out of memory' "$dir/err.txt" || fail "bad log_file: report lost"
 echo ok
