@@ -4,6 +4,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -29,7 +31,18 @@ std::atomic<spdlog::logger*> g_logger{nullptr};
 std::once_flag g_default_once;
 std::once_flag g_init_once;
 
+// spdlog would create missing parent directories; like the report files, a
+// log file is only created in a directory that exists.
+bool parent_directory_exists(const std::string& path) {
+  std::size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return true;
+  std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 spdlog::sink_ptr file_sink_or_null(const std::string& path) {
+  if (!parent_directory_exists(path)) return nullptr;
   try {
     return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
   } catch (...) {
