@@ -29,17 +29,20 @@ int main(int argc, char** argv) {
   obs::ProcessObserver observer;
   observer.configure(cfg);
 
-  testing::FakeBackend backend(16 * GiB);
-  CachingAllocator alloc(&backend, cfg, 0);
-  alloc.set_observer(&observer);
+  // Two devices, so tables, counters and plots are per device.
+  testing::FakeBackend backend0(16 * GiB), backend1(16 * GiB);
+  CachingAllocator alloc0(&backend0, cfg, 0), alloc1(&backend1, cfg, 1);
+  alloc0.set_observer(&observer);
+  alloc1.set_observer(&observer);
   DevicePtr ptrs[40] = {};
   for (int round = 0; round < 3 + variant; ++round) {
+    CachingAllocator& alloc = round % 2 == 0 ? alloc0 : alloc1;
     for (int i = 0; i < 40; ++i)
       if (alloc.malloc(&ptrs[i], std::size_t(1000 + i * 700'000 * (round + 1)), StreamId(i % 2)) != kSuccess) return 1;
     for (int i = 0; i < 40; i += 1 + (round % 2))
       if (alloc.free(ptrs[i]) != kSuccess) return 1;
   }
-  alloc.empty_cache();
+  alloc0.empty_cache();
 
   obs::ProcessReport report;
   report.config = cfg;
@@ -48,7 +51,8 @@ int main(int argc, char** argv) {
   report.calls[static_cast<int>(obs::Entry::cuMemAlloc_v2)] = 120 + variant;
   report.passthrough[static_cast<int>(obs::Passthrough::foreign_pointer)] = 3;
   report.ns_inside = 123'456'789;
-  report.devices.push_back(obs::DeviceReport{0, alloc.stats(), 16 * GiB, {}});
+  report.devices.push_back(obs::DeviceReport{0, alloc0.stats(), 16 * GiB, {}});
+  report.devices.push_back(obs::DeviceReport{1, alloc1.stats(), 16 * GiB, {}});
   obs::write_exit_reports(report, observer.trace_contents());
   std::ofstream(argv[3]) << obs::summary_text(report);
   return 0;

@@ -21,6 +21,8 @@ python3 "$report" summary "$dir/b.json" | cmp - "$dir/b-table.txt" || fail "summ
 
 python3 "$report" diff "$dir/a.json" "$dir/b.json" > "$dir/diff.txt" || fail "diff exited $?"
 grep -q '^device 0 ' "$dir/diff.txt" || fail "diff has no device 0 section"
+grep -q '^device 1 ' "$dir/diff.txt" || fail "diff has no device 1 section"
+[ "$(grep -c 'cachalloc CUDA memory summary, device ID' "$dir/a-py.txt")" -eq 2 ] || fail "summary: expected two device tables"
 grep -q '^cuMemAlloc_v2 *120 *121 *+1$' "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "diff: cuMemAlloc_v2 row"; }
 grep -q '^allocation.all.allocated ' "$dir/diff.txt" || fail "diff: allocation row"
 python3 "$report" diff --all "$dir/a.json" "$dir/a.json" > "$dir/same.txt" || fail "diff --all exited $?"
