@@ -69,7 +69,12 @@ CUresult pass_free_async(CUdeviceptr ptr, CUstream s, bool ptsz) {
   return ptsz ? driver()->cuMemFreeAsync_ptsz(ptr, s) : driver()->cuMemFreeAsync(ptr, s);
 }
 
+thread_local bool t_repeat_oom = false;
+
 }  // namespace
+
+RepeatOomGuard::RepeatOomGuard() { t_repeat_oom = true; }
+RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
 CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
   const Mode m = current_mode();
@@ -78,6 +83,7 @@ CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
     return driver()->cuMemAlloc_v2(out, size);
   }
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   DevicePtr p = 0;
@@ -112,6 +118,7 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
     count_capture();
     return pass_alloc_async(out, size, stream, ptsz);
   }
+  if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return pass_alloc_async(out, size, stream, ptsz);
   const StreamId id = stream_id(stream, ptsz);

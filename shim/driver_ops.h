@@ -16,6 +16,19 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
 CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz);
 CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes);
 
+// The runtime hooks hand a failed cudaMalloc to cudart so that cudart's
+// error state stays exact; cudart then calls cuMemAlloc_v2 for the same
+// request.  While this guard lives, that call fails at once with
+// CUDA_ERROR_OUT_OF_MEMORY instead of running the cache's retry path (and
+// its OOM report) a second time.
+class RepeatOomGuard {
+ public:
+  RepeatOomGuard();
+  ~RepeatOomGuard();
+  RepeatOomGuard(const RepeatOomGuard&) = delete;
+  RepeatOomGuard& operator=(const RepeatOomGuard&) = delete;
+};
+
 // Stream bookkeeping after the real call succeeded.
 void note_stream_created(CUstream stream);
 void note_stream_destroyed(CUstream stream);

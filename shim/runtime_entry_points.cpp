@@ -19,6 +19,7 @@
 
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "driver_ops.h"
 #include "free_policy.h"
 #include "process_state.h"
 #include "real_driver.h"
@@ -34,9 +35,9 @@ namespace {
 
 // libcudart as loaded by the process: the next definition after ours, or,
 // when cudart was dlopen'ed locally (Python extensions), the loaded object
-// whose name contains "libcudart.so".
+// whose name contains "libcudart" (wheels may add a hash).
 int find_cudart(struct dl_phdr_info* info, size_t, void* out) {
-  if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart.so") != nullptr) {
+  if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart") != nullptr) {
     *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOLOAD | RTLD_LAZY);
     return *static_cast<void**>(out) != nullptr;
   }
@@ -63,14 +64,15 @@ ContextState* serving_context() {
   return current_context_state();
 }
 
-bool try_alloc(void** out, size_t size, StreamId stream) {
-  if (out == nullptr || size == 0) return false;
+// kSuccess when the cache served; otherwise the caller asks cudart.
+Status try_alloc(void** out, size_t size, StreamId stream) {
+  if (out == nullptr || size == 0) return kInvalidValue;
   ContextState* ctx = serving_context();
-  if (ctx == nullptr) return false;
+  if (ctx == nullptr) return kNotOwned;
   DevicePtr p = 0;
-  if (ctx->allocator().malloc(&p, size, stream) != kSuccess) return false;
-  *out = reinterpret_cast<void*>(p);
-  return true;
+  Status s = ctx->allocator().malloc(&p, size, stream);
+  if (s == kSuccess) *out = reinterpret_cast<void*>(p);
+  return s;
 }
 
 bool try_free(void* ptr) {
@@ -80,9 +82,9 @@ bool try_free(void* ptr) {
   return free_by_rule(*ctx, p, choose_free_rule(config().free_sync, *ctx)) == kSuccess;
 }
 
-bool try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {
+Status try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {
   auto cs = reinterpret_cast<CUstream>(s);
-  if (stream_is_capturing(cs, ptsz)) return false;
+  if (stream_is_capturing(cs, ptsz)) return kNotOwned;
   return try_alloc(out, size, stream_id(cs, ptsz));
 }
 
@@ -105,13 +107,33 @@ bool guarded(Fn&& fn) noexcept {
   }
 }
 
+// Runs `alloc` (a try_alloc*); on success returns true.  On out-of-memory
+// the cache has already run its retry path, so the fallback to cudart
+// (`fallback`) runs under RepeatOomGuard: cudart reproduces the error and
+// its last-error state without a second retry path or OOM report.
+template <typename Alloc, typename Fallback>
+cudaError_t alloc_or_fallback(Alloc&& alloc, Fallback&& fallback) noexcept {
+  Status s = kNotOwned;
+  try {
+    s = alloc();
+  } catch (...) {
+    s = kNotOwned;
+  }
+  if (s == kSuccess) return cudaSuccess;
+  if (s == kOutOfMemory) {
+    RepeatOomGuard guard;
+    return fallback();
+  }
+  return fallback();
+}
+
 }  // namespace
 
 EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   CACHALLOC_ENTRY(cudaMalloc);
-  if (guarded([&] { return try_alloc(devPtr, size, kLegacyStreamId); })) return cudaSuccess;
   REAL_CUDART(cudaMalloc);
-  return real_cudaMalloc ? real_cudaMalloc(devPtr, size) : cudaErrorInitializationError;
+  return alloc_or_fallback([&] { return try_alloc(devPtr, size, kLegacyStreamId); },
+                           [&] { return real_cudaMalloc ? real_cudaMalloc(devPtr, size) : cudaErrorInitializationError; });
 }
 
 EXPORT cudaError_t cudaFree(void* devPtr) {
@@ -123,16 +145,18 @@ EXPORT cudaError_t cudaFree(void* devPtr) {
 
 EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaMallocAsync);
-  if (guarded([&] { return try_alloc_async(devPtr, size, stream, false); })) return cudaSuccess;
   REAL_CUDART(cudaMallocAsync);
-  return real_cudaMallocAsync ? real_cudaMallocAsync(devPtr, size, stream) : cudaErrorInitializationError;
+  return alloc_or_fallback([&] { return try_alloc_async(devPtr, size, stream, false); }, [&] {
+    return real_cudaMallocAsync ? real_cudaMallocAsync(devPtr, size, stream) : cudaErrorInitializationError;
+  });
 }
 
 EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaMallocAsync);
-  if (guarded([&] { return try_alloc_async(devPtr, size, stream, true); })) return cudaSuccess;
   REAL_CUDART(cudaMallocAsync_ptsz);
-  return real_cudaMallocAsync_ptsz ? real_cudaMallocAsync_ptsz(devPtr, size, stream) : cudaErrorInitializationError;
+  return alloc_or_fallback([&] { return try_alloc_async(devPtr, size, stream, true); }, [&] {
+    return real_cudaMallocAsync_ptsz ? real_cudaMallocAsync_ptsz(devPtr, size, stream) : cudaErrorInitializationError;
+  });
 }
 
 EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
