@@ -293,6 +293,51 @@ static int ptsz_threads(void) {
   return 0;
 }
 
+/* Many threads allocate, write, check and free at once through the shim:
+ * every block holds its owner's pattern until freed (no block handed out
+ * twice), and the cache ends with nothing live. */
+struct worker { int id; int ok; };
+
+static void* churn(void* arg) {
+  struct worker* w = arg;
+  enum { LIVE = 16, ROUNDS = 400 };
+  CUdeviceptr p[LIVE] = {0};
+  size_t n[LIVE] = {0};
+  unsigned seed = 12345u + (unsigned)w->id;
+  unsigned char buf[64];
+  w->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS;
+  for (int r = 0; r < ROUNDS && w->ok; ++r) {
+    int i = (int)(rand_r(&seed) % LIVE);
+    if (p[i] != 0) {
+      A->memcpy_dtoh(buf, p[i], sizeof buf);
+      for (size_t k = 0; k < sizeof buf; ++k) w->ok &= buf[k] == (unsigned char)(w->id * 16 + i);
+      w->ok &= A->mem_free(p[i]) == CUDA_SUCCESS;
+      p[i] = 0;
+    } else {
+      n[i] = 64 + rand_r(&seed) % (4 * MiB);
+      w->ok &= A->mem_alloc(&p[i], n[i]) == CUDA_SUCCESS;
+      if (w->ok) A->memset_d8(p[i], (unsigned char)(w->id * 16 + i), n[i]);
+    }
+  }
+  for (int i = 0; i < LIVE; ++i)
+    if (p[i] != 0) w->ok &= A->mem_free(p[i]) == CUDA_SUCCESS;
+  return NULL;
+}
+
+static int threads(void) {
+  enum { T = 8 };
+  pthread_t t[T];
+  struct worker w[T];
+  for (int i = 0; i < T; ++i) {
+    w[i].id = i;
+    CHECK(pthread_create(&t[i], NULL, churn, &w[i]) == 0);
+  }
+  for (int i = 0; i < T; ++i) CHECK(pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < T; ++i) CHECK(w[i].ok);
+  CHECK(stats().mem_free_invalid == 0);
+  return 0;
+}
+
 /* During capture the allocation and its free go to the driver untouched. */
 static int capture(void) {
   CUstream s;
@@ -493,6 +538,7 @@ static const struct behaviour behaviours[] = {
   {"async_ptsz", async_ptsz},
   {"ptsz_fence", ptsz_fence},
   {"ptsz_threads", ptsz_threads},
+  {"threads", threads},
   {"capture", capture},
   {"foreign", foreign},
   {"oom", oom},
