@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "json_writer.h"
 
 namespace cachalloc::obs {
@@ -27,6 +29,24 @@ void process_name(JsonWriter& w, int pid) {
   w.field("name", fmt::format("cachalloc {}", pid));
   w.end_object();
   w.end_object();
+}
+
+// Names the per-device rows ("tid" = device) in Perfetto / chrome://tracing.
+void thread_names(JsonWriter& w, const TraceRing::Contents& t, int pid) {
+  std::set<int> devices;
+  for (const TimedEvent& e : t.events) devices.insert(e.device);
+  for (int d : devices) {
+    w.begin_object();
+    w.field("name", "thread_name");
+    w.field("ph", "M");
+    w.field("pid", pid);
+    w.field("tid", d);
+    w.key("args");
+    w.begin_object();
+    w.field("name", fmt::format("device {}", d));
+    w.end_object();
+    w.end_object();
+  }
 }
 
 void instant(JsonWriter& w, const TimedEvent& e, const std::string& ts, int pid) {
@@ -93,6 +113,7 @@ std::string trace_json(const TraceRing::Contents& t, int pid) {
   w.key("traceEvents");
   w.begin_array();
   process_name(w, pid);
+  thread_names(w, t, pid);
   std::uint64_t origin = t.events.empty() ? 0 : t.events.front().ns;
   for (const TimedEvent& e : t.events) {
     std::string ts = micros(e.ns, origin);

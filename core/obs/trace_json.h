@@ -3,6 +3,7 @@
 //
 //   {"traceEvents":[
 //      {"name":"process_name","ph":"M","pid":P,"args":{"name":"cachalloc <pid>"}},
+//      {"name":"thread_name","ph":"M","pid":P,"tid":DEV,"args":{"name":"device DEV"}}, (per device)
 //      {"name":"alloc","cat":"cachalloc","ph":"i","s":"p","ts":US,"pid":P,"tid":DEV,
 //       "args":{"device":DEV,"ptr":"0x..","size":N,"stream":"0x.."}},
 //      {"name":"allocated bytes (device DEV)","ph":"C","ts":US,"pid":P,"args":{"bytes":N}},

@@ -206,7 +206,7 @@ TEST_CASE("write_exit_reports writes stats, snapshot and trace files", "[obs][fi
   auto snap = parse_json(read_file(dir.path + "/snap-" + pid + ".json"));
   CHECK(snap["devices"][0]["segments"][0]["blocks"][0]["requested_size"].u64() == 2 * MiB - 5);
   auto trace = parse_json(read_file(dir.path + "/trace-" + pid + ".json"));
-  CHECK(trace["traceEvents"].items.size() == 1 + 2 * 3);  // metadata + (instant + 2 counters) per event
+  CHECK(trace["traceEvents"].items.size() == 2 + 2 * 3);  // 2 metadata + (instant + 2 counters) per event
   CHECK(dir.entries().size() == 3);
 }
 

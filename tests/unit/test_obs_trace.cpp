@@ -108,11 +108,16 @@ TEST_CASE("trace JSON: instant events and per-device counter tracks", "[obs][tra
   ring.push(TimedEvent{12'345'678, 1, TraceEvent{TraceKind::oom, 0, 3 * GiB, 0, 5 * MiB, 6 * MiB}});
   Json j = parse_json(trace_json(ring.contents(), 999));
   const Json& ev = j["traceEvents"];
-  REQUIRE(ev.items.size() == 7);
+  REQUIRE(ev.items.size() == 9);
   CHECK(ev[0]["ph"].text == "M");
   CHECK(ev[0]["args"]["name"].text == "cachalloc 999");
+  for (int d = 0; d < 2; ++d) {  // one named row per device
+    CHECK(ev[1 + d]["name"].text == "thread_name");
+    CHECK(ev[1 + d]["tid"].i64() == d);
+    CHECK(ev[1 + d]["args"]["name"].text == "device " + std::to_string(d));
+  }
 
-  const Json& map = ev[1];
+  const Json& map = ev[3];
   CHECK(map["name"].text == "segment_map");
   CHECK(map["ph"].text == "i");
   CHECK(map["ts"].text == "0.000");  // relative to the first kept event
@@ -121,18 +126,18 @@ TEST_CASE("trace JSON: instant events and per-device counter tracks", "[obs][tra
   CHECK(map["args"]["ptr"].text == "0x7f0000");
   CHECK(map["args"]["size"].u64() == 2 * MiB);
   CHECK(map["args"]["stream"].text == "0x33");
-  CHECK(ev[2]["ph"].text == "C");
-  CHECK(ev[2]["name"].text == "allocated bytes (device 0)");
-  CHECK(ev[2]["args"]["bytes"].i64() == 0);
-  CHECK(ev[3]["name"].text == "reserved bytes (device 0)");
-  CHECK(ev[3]["args"]["bytes"].i64() == static_cast<std::int64_t>(2 * MiB));
+  CHECK(ev[4]["ph"].text == "C");
+  CHECK(ev[4]["name"].text == "allocated bytes (device 0)");
+  CHECK(ev[4]["args"]["bytes"].i64() == 0);
+  CHECK(ev[5]["name"].text == "reserved bytes (device 0)");
+  CHECK(ev[5]["args"]["bytes"].i64() == static_cast<std::int64_t>(2 * MiB));
 
-  CHECK(ev[4]["name"].text == "oom");
-  CHECK(ev[4]["ts"].text == "12335.678");
-  CHECK(ev[4]["args"]["size"].u64() == 3 * GiB);
-  CHECK(ev[5]["name"].text == "allocated bytes (device 1)");
-  CHECK(ev[6]["name"].text == "reserved bytes (device 1)");
-  CHECK(ev[6]["args"]["bytes"].i64() == static_cast<std::int64_t>(6 * MiB));
+  CHECK(ev[6]["name"].text == "oom");
+  CHECK(ev[6]["ts"].text == "12335.678");
+  CHECK(ev[6]["args"]["size"].u64() == 3 * GiB);
+  CHECK(ev[7]["name"].text == "allocated bytes (device 1)");
+  CHECK(ev[8]["name"].text == "reserved bytes (device 1)");
+  CHECK(ev[8]["args"]["bytes"].i64() == static_cast<std::int64_t>(6 * MiB));
 
   CHECK(j["otherData"]["dropped_events"].u64() == 1);
   CHECK(j["otherData"]["trace_max_entries"].u64() == 2);
