@@ -53,7 +53,10 @@ void ContextState::note_stream(StreamId id) {
   if (id == kLegacyStreamId) return;
   std::lock_guard lock(mutex_);
   if (is_per_thread_id(id)) {
-    if (ptds_tokens_.insert(id).second) ptds_threads_.store(static_cast<int>(ptds_tokens_.size()), std::memory_order_relaxed);
+    if (ptds_tokens_.insert(id).second) {
+      if (ptds_tokens_.size() == 1) first_ptds_token_.store(id, std::memory_order_relaxed);
+      ptds_threads_.store(static_cast<int>(ptds_tokens_.size()), std::memory_order_relaxed);
+    }
   } else {
     streams_.insert(id);
   }

@@ -18,6 +18,7 @@
 #include "caching_allocator.h"
 #include "cuda_backend.h"
 #include "real_driver.h"
+#include "stream_ids.h"
 
 namespace cachalloc::shim {
 
@@ -35,8 +36,12 @@ class ContextState {
   void forget_stream(StreamId id); // destroyed
   // True once anything but the legacy default stream was seen.
   bool multi_stream() const { return multi_stream_.load(std::memory_order_relaxed); }
-  // True once per-thread default streams were used from more than one thread.
-  bool per_thread_streams_in_many_threads() const { return ptds_threads_.load(std::memory_order_relaxed) > 1; }
+  // True once a per-thread default stream of a thread other than the caller
+  // was used: the caller cannot record an event on it.
+  bool other_threads_per_thread_streams() const {
+    const int n = ptds_threads_.load(std::memory_order_relaxed);
+    return n > 1 || (n == 1 && first_ptds_token_.load(std::memory_order_relaxed) != per_thread_stream_id());
+  }
   // The streams a fenced free must wait for, as seen from the calling
   // thread: the legacy stream, every live stream, this thread's per-thread
   // stream if it was used.
@@ -53,6 +58,7 @@ class ContextState {
   std::set<StreamId> ptds_tokens_;   // per-thread default streams seen
   std::atomic<bool> multi_stream_{false};
   std::atomic<int> ptds_threads_{0};
+  std::atomic<StreamId> first_ptds_token_{0};
 };
 
 // The state of the calling thread's current context, created on first use.

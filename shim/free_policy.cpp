@@ -10,12 +10,12 @@ FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
     case FreeSync::device:
       return FreeRule::device;
     case FreeSync::fence:
-      return ctx.per_thread_streams_in_many_threads() ? FreeRule::device : FreeRule::fence;
+      return ctx.other_threads_per_thread_streams() ? FreeRule::device : FreeRule::fence;
     case FreeSync::automatic:
       break;
   }
   if (!ctx.multi_stream()) [[likely]] return FreeRule::stream;
-  return ctx.per_thread_streams_in_many_threads() ? FreeRule::device : FreeRule::fence;
+  return ctx.other_threads_per_thread_streams() ? FreeRule::device : FreeRule::fence;
 }
 
 Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {

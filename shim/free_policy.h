@@ -8,8 +8,8 @@
 //   fence  — free_fenced() with an event on every live stream of the
 //            context (legacy, created, this thread's per-thread stream).
 //   auto   — stream while the context has seen only the legacy stream,
-//            else fence; once per-thread default streams were used from
-//            more than one thread (which this thread cannot fence), device.
+//            else fence; once a per-thread default stream of another thread
+//            than the freeing one was used (which it cannot fence), device.
 #pragma once
 
 #include "context_registry.h"

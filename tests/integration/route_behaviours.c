@@ -293,6 +293,22 @@ static int ptsz_threads(void) {
   return 0;
 }
 
+/* Only another thread used its per-thread stream: still not fenceable from
+ * here, so the free synchronizes. */
+static int ptsz_other_thread(void) {
+  CUdeviceptr p = 0;
+  int ok = 0;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, use_ptsz_in_thread, &ok) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(ok);
+  unsigned long syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().ctx_sync == syncs + 1);
+  return 0;
+}
+
 /* Many threads allocate, write, check and free at once through the shim:
  * every block holds its owner's pattern until freed (no block handed out
  * twice), and the cache ends with nothing live. */
@@ -538,6 +554,7 @@ static const struct behaviour behaviours[] = {
   {"async_ptsz", async_ptsz},
   {"ptsz_fence", ptsz_fence},
   {"ptsz_threads", ptsz_threads},
+  {"ptsz_other_thread", ptsz_other_thread},
   {"threads", threads},
   {"capture", capture},
   {"foreign", foreign},
