@@ -10,8 +10,8 @@
 // RTLD_NEXT: glibc's dlsym finds "the next object after the caller" from its
 // return address.  The common path below is a sibling call (a jump), so
 // glibc sees the original caller's return address and RTLD_NEXT keeps its
-// meaning; the build keeps -foptimize-sibling-calls on for this file, and a
-// test (route_rtld_next) checks it.
+// meaning; the function is compiled with optimize("O2") so this holds in
+// -O0 builds too, and a test (route_rtld_next) checks it.
 //
 // Recursion: the real dlsym is found with dlvsym, which does not go through
 // dlsym.  Should anything still re-enter while it is being resolved (another
@@ -86,8 +86,9 @@ void* loaded_libcuda_handle() {
 
 }  // namespace cachalloc::shim
 
-extern "C" __attribute__((visibility("default"))) void* dlsym(void* __restrict handle,
-                                                              const char* __restrict name) noexcept {
+// optimize(...): even in a -O0 build the common path must stay a jump.
+extern "C" __attribute__((visibility("default"), optimize("O2", "optimize-sibling-calls"))) void* dlsym(
+    void* __restrict handle, const char* __restrict name) noexcept {
   using namespace cachalloc::shim;
   DlsymFn real = real_dlsym_fn();
   if (real == nullptr) [[unlikely]] return nullptr;
