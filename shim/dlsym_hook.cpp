@@ -92,7 +92,8 @@ extern "C" __attribute__((visibility("default"), optimize("O2", "optimize-siblin
   using namespace cachalloc::shim;
   DlsymFn real = real_dlsym_fn();
   if (real == nullptr) [[unlikely]] return nullptr;
-  if (name != nullptr && name[0] == 'c' && name[1] == 'u' && is_libcuda(handle)) [[unlikely]]
+  // glibc declares name nonnull; a NULL name is undefined there as here.
+  if (name[0] == 'c' && name[1] == 'u' && is_libcuda(handle)) [[unlikely]]
     return lookup_cuda_symbol(real, handle, name);
   return real(handle, name);  // sibling call: keeps the caller's return address for RTLD_NEXT
 }

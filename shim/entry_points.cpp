@@ -11,7 +11,6 @@
 #include "real_driver.h"
 
 using namespace cachalloc::shim;
-using cachalloc::obs::Entry;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 

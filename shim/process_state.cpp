@@ -4,12 +4,10 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
-#include "context_registry.h"
 #include "real_driver.h"
 #include "shim_observability.h"
 

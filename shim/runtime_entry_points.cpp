@@ -27,7 +27,6 @@
 
 using namespace cachalloc;
 using namespace cachalloc::shim;
-using cachalloc::obs::Entry;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
