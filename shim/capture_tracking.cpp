@@ -1,26 +1,58 @@
 // capture_tracking.cpp — captures in flight, and the query behind them.
 #include "capture_tracking.h"
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <vector>
 
 #include "real_driver.h"
+#include "stream_ids.h"
 
 namespace cachalloc::shim {
 namespace {
 
+struct Capture {
+  StreamId stream;
+  bool strict;  // global or thread-local mode
+};
+
 std::atomic<int> g_captures{0};
+std::atomic<int> g_strict{0};
+
+// Captures are rare and short-lived: a locked vector is plenty.
+std::mutex& captures_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::vector<Capture>& captures() {
+  static auto* v = new std::vector<Capture>();
+  return *v;
+}
 
 }  // namespace
 
-void capture_began() { g_captures.fetch_add(1, std::memory_order_relaxed); }
+void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode) {
+  const bool strict = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+  std::lock_guard lock(captures_mutex());
+  captures().push_back({stream_id(stream, ptsz), strict});
+  g_captures.fetch_add(1, std::memory_order_relaxed);
+  if (strict) g_strict.fetch_add(1, std::memory_order_relaxed);
+}
 
-// An end that the driver refused as "not capturing" did not end one of ours.
-void capture_ended(CUresult result) {
+// An end the driver refused as "not capturing" did not end one of ours; an
+// invalidated capture did end.
+void capture_ended(CUstream stream, bool ptsz, CUresult result) {
   if (result == CUDA_ERROR_ILLEGAL_STATE || result == CUDA_ERROR_INVALID_HANDLE || result == CUDA_ERROR_INVALID_VALUE)
     return;
-  int n = g_captures.load(std::memory_order_relaxed);
-  while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
-  }
+  const StreamId id = stream_id(stream, ptsz);
+  std::lock_guard lock(captures_mutex());
+  auto& v = captures();
+  auto it = std::find_if(v.begin(), v.end(), [&](const Capture& c) { return c.stream == id; });
+  if (it == v.end()) return;
+  if (it->strict) g_strict.fetch_sub(1, std::memory_order_relaxed);
+  g_captures.fetch_sub(1, std::memory_order_relaxed);
+  v.erase(it);
 }
 
 bool stream_is_capturing(CUstream s, bool ptsz) {
@@ -32,5 +64,7 @@ bool stream_is_capturing(CUstream s, bool ptsz) {
   if (d->cuStreamIsCapturing(s, &status) != CUDA_SUCCESS) return true;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
+
+bool strict_capture_in_flight() { return g_strict.load(std::memory_order_relaxed) != 0; }
 
 }  // namespace cachalloc::shim

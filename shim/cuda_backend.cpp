@@ -1,6 +1,7 @@
 // cuda_backend.cpp — DeviceBackend primitives as real driver calls.
 #include "cuda_backend.h"
 
+#include "capture_tracking.h"
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
@@ -39,7 +40,12 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
   return status(d_->cuEventRecord(as_event(event), s));
 }
 
-Status CudaBackend::event_query(EventId event) { return status(d_->cuEventQuery(as_event(event))); }
+// cuEventQuery is an unsafe call during a global/thread-local capture (it
+// would invalidate the capture): report "not ready" and let the block wait.
+Status CudaBackend::event_query(EventId event) {
+  if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
+  return status(d_->cuEventQuery(as_event(event)));
+}
 Status CudaBackend::event_synchronize(EventId event) { return status(d_->cuEventSynchronize(as_event(event))); }
 Status CudaBackend::event_destroy(EventId event) { return status(d_->cuEventDestroy_v2(as_event(event))); }
 Status CudaBackend::synchronize_device() { return status(d_->cuCtxSynchronize()); }

@@ -104,7 +104,7 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mo
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2);
     CUresult r = real_fn(hStream, mode);
-    if (r == CUDA_SUCCESS) capture_began();
+    if (r == CUDA_SUCCESS) capture_began(hStream, false, mode);
     return r;
   });
 }
@@ -113,7 +113,7 @@ EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMo
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2_ptsz);
     CUresult r = real_fn(hStream, mode);
-    if (r == CUDA_SUCCESS) capture_began();
+    if (r == CUDA_SUCCESS) capture_began(hStream, true, mode);
     return r;
   });
 }
@@ -123,7 +123,7 @@ EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, co
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph);
     CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
-    if (r == CUDA_SUCCESS) capture_began();
+    if (r == CUDA_SUCCESS) capture_began(hStream, false, mode);
     return r;
   });
 }
@@ -134,7 +134,7 @@ EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGrap
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph_ptsz);
     CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
-    if (r == CUDA_SUCCESS) capture_began();
+    if (r == CUDA_SUCCESS) capture_began(hStream, true, mode);
     return r;
   });
 }
@@ -143,7 +143,7 @@ EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(r);
+    capture_ended(hStream, false, r);
     return r;
   });
 }
@@ -152,7 +152,7 @@ EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture_ptsz);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(r);
+    capture_ended(hStream, true, r);
     return r;
   });
 }

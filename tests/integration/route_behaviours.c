@@ -372,6 +372,29 @@ static int capture(void) {
   return 0;
 }
 
+/* During a global-mode capture the cache must not query events (an unsafe
+ * call that would invalidate the capture): pending frees wait for its end. */
+static int capture_global(void) {
+  CUstream s1, s2, s3;
+  CUgraph g;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s1, 0));
+  CHECK_CU(A->stream_create(&s2, 0));
+  CHECK_CU(A->stream_create(&s3, 0));
+  CHECK_CU(A->begin_capture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK_CU(A->mem_alloc_async(&p, MiB, s2));
+  CHECK_CU(A->mem_free_async(p, s3)); /* waits for an event on s3 */
+  unsigned long queries = stats().event_query;
+  CHECK_CU(A->mem_alloc_async(&q, MiB, s2));
+  CHECK(stats().event_query == queries);
+  CHECK(q != p);
+  CHECK_CU(A->end_capture(s1, &g));
+  CHECK_CU(A->mem_alloc_async(&r, MiB, s2)); /* the event is queried now, p is back */
+  CHECK(stats().event_query > queries);
+  CHECK(r == p);
+  return 0;
+}
+
 /* A pointer cachalloc never handed out goes to the driver's free. */
 static int foreign(void) {
   PFN_cuMemAlloc_v3020 raw_alloc = (PFN_cuMemAlloc_v3020)A->fake_raw("cuMemAlloc_v2");
@@ -557,6 +580,7 @@ static const struct behaviour behaviours[] = {
   {"ptsz_other_thread", ptsz_other_thread},
   {"threads", threads},
   {"capture", capture},
+  {"capture_global", capture_global},
   {"foreign", foreign},
   {"oom", oom},
   {"meminfo", meminfo},
