@@ -134,12 +134,13 @@ if [[ -f "$BUILD/build.ninja" ]]; then
   rc=$?
   if grep -q "Cannot run tests before building them" "$WORK/tests.log"; then
     echo "some test programs were not built: running the others one at a time"
-    meson test -C "$BUILD" --no-rebuild --list "${suites[@]}" 2>/dev/null | grep ' / ' >"$WORK/test-names.txt"
+    meson test -C "$BUILD" --no-rebuild --list "${suites[@]}" 2>/dev/null | grep -E ' / | - ' >"$WORK/test-names.txt"
     rm -f "$BUILD"/meson-logs/one-*
     i=0
     while read -r line; do
       i=$((i + 1))
-      name=${line##* / }
+      # "project:suite / test" (meson 1.0) or "suite - project:test" (newer)
+      if [[ $line == *" / "* ]]; then name=${line##* / }; else name=${line##*:}; fi
       timeout --kill-after=5 "$(budget_for 200)" meson test -C "$BUILD" --no-rebuild --print-errorlogs \
         --logbase "one-$i" "$name" >>"$WORK/tests.log" 2>&1 </dev/null
       if [[ -f "$BUILD/meson-logs/one-$i.json" ]]; then cat "$BUILD/meson-logs/one-$i.json" >>"$testlog"
@@ -155,22 +156,28 @@ import json, sys, collections
 SUITES = ("unit", "integration", "gpu")
 counts = {s: collections.Counter() for s in SUITES}
 failed = {s: [] for s in SUITES}
-def suite_of(names):
-    return next((n.split(":")[-1] for n in names if n.split(":")[-1] in SUITES), None)
+def suite_and_test(name):
+    """Meson 1.0 names tests "project:suite / test", newer ones "suite - project:test"."""
+    if " / " in name:
+        head, test = name.split(" / ", 1)
+        return head.split(":")[-1].strip(), test.strip()
+    if " - " in name:
+        head, test = name.split(" - ", 1)
+        return head.strip(), test.split(":")[-1].strip()
+    return None, name
 for line in open(sys.argv[1]):
     if line.strip():
         t = json.loads(line)
-        s = suite_of([t["name"].split(" / ")[0]])  # "project:suite / test"
-        if s:
+        s, _ = suite_and_test(t["name"])
+        if s in SUITES:
             counts[s][t["result"]] += 1
             if t["result"] not in ("OK", "SKIP", "EXPECTEDFAIL"):
-                failed[s].append(t["name"])
-for line in open(sys.argv[2]):  # "cachalloc:unit / name" for programs never built
-    if " / " in line:
-        s = suite_of([line.split(" / ")[0]])
-        if s:
-            counts[s]["NOTBUILT"] += 1
-            failed[s].append(line.split(" / ")[1].strip() + " (not built)")
+                failed[s].append(suite_and_test(t["name"])[1])
+for line in open(sys.argv[2]):  # tests whose programs were never built
+    s, test = suite_and_test(line.strip())
+    if s in SUITES:
+        counts[s]["NOTBUILT"] += 1
+        failed[s].append(test + " (not built)")
 for s in SUITES:
     c = counts[s]
     bad = sum(v for k, v in c.items() if k not in ("OK", "SKIP", "EXPECTEDFAIL"))

@@ -11,6 +11,11 @@ import sys
 
 import numpy as np
 
+# numba-cuda releases that predate NumPy 2.4 still register np.row_stack
+# (removed from NumPy) when compiling their first kernel; give them the alias.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 try:
     from numba import cuda
 except ImportError:
