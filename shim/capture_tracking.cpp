@@ -65,6 +65,8 @@ bool stream_is_capturing(CUstream s, bool ptsz) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+bool capture_in_flight() { return g_captures.load(std::memory_order_relaxed) != 0; }
+
 bool strict_capture_in_flight() { return g_strict.load(std::memory_order_relaxed) != 0; }
 
 }  // namespace cachalloc::shim

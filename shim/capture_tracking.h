@@ -24,6 +24,8 @@ void capture_ended(CUstream stream, bool ptsz, CUresult result);
 // Whether `stream` is capturing.  An error from the driver counts as
 // capturing: the driver then sees the call and reports it.
 bool stream_is_capturing(CUstream stream, bool ptsz);
+// Whether any capture is in flight (one relaxed load).
+bool capture_in_flight();
 // Whether a global- or thread-local-mode capture is in flight.
 bool strict_capture_in_flight();
 

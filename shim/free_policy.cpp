@@ -1,6 +1,9 @@
 // free_policy.cpp — the free_sync rules.
 #include "free_policy.h"
 
+#include "capture_tracking.h"
+#include "stream_ids.h"
+
 namespace cachalloc::shim {
 
 FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
@@ -25,6 +28,13 @@ Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
       return a.free(ptr);
     case FreeRule::fence: {
       std::vector<StreamId> streams = ctx.fence_streams();
+      // A capturing stream executes nothing until its graph is launched: an
+      // event recorded there would only join the capture.
+      if (capture_in_flight()) [[unlikely]]
+        std::erase_if(streams, [](StreamId id) {
+          CUstream s = nullptr;
+          return to_cu_stream(id, &s) && stream_is_capturing(s, false);
+        });
       return a.free_fenced(ptr, streams);
     }
     case FreeRule::device: {

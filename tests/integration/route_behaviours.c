@@ -395,6 +395,23 @@ static int capture_global(void) {
   return 0;
 }
 
+/* A fenced free records no event on a stream being captured (it executes
+ * nothing yet), only on the others. */
+static int fence_during_capture(void) {
+  CUstream s1, s2;
+  CUgraph g;
+  CUdeviceptr p = 0;
+  CHECK_CU(A->stream_create(&s1, 0));
+  CHECK_CU(A->stream_create(&s2, 0));
+  CHECK_CU(A->begin_capture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  unsigned long records = stats().event_record;
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().event_record == records + 1); /* s2 only */
+  CHECK_CU(A->end_capture(s1, &g));
+  return 0;
+}
+
 /* A pointer cachalloc never handed out goes to the driver's free. */
 static int foreign(void) {
   PFN_cuMemAlloc_v3020 raw_alloc = (PFN_cuMemAlloc_v3020)A->fake_raw("cuMemAlloc_v2");
@@ -581,6 +598,7 @@ static const struct behaviour behaviours[] = {
   {"threads", threads},
   {"capture", capture},
   {"capture_global", capture_global},
+  {"fence_during_capture", fence_during_capture},
   {"foreign", foreign},
   {"oom", oom},
   {"meminfo", meminfo},
