@@ -87,7 +87,7 @@ CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   DevicePtr p = 0;
-  Status s = ctx->allocator().malloc(&p, size, kLegacyStreamId);
+  Status s = ctx->allocator().malloc(&p, size, kUnorderedStreamId);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
   return to_cu(s);
 }

@@ -131,7 +131,7 @@ cudaError_t alloc_or_fallback(Alloc&& alloc, Fallback&& fallback) noexcept {
 EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   CACHALLOC_ENTRY(cudaMalloc);
   REAL_CUDART(cudaMalloc);
-  return alloc_or_fallback([&] { return try_alloc(devPtr, size, kLegacyStreamId); },
+  return alloc_or_fallback([&] { return try_alloc(devPtr, size, kUnorderedStreamId); },
                            [&] { return real_cudaMalloc ? real_cudaMalloc(devPtr, size) : cudaErrorInitializationError; });
 }
 

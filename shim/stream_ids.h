@@ -16,6 +16,14 @@
 namespace cachalloc::shim {
 
 inline constexpr StreamId kLegacyStreamId = 0;
+// The "stream" of blocks from cuMemAlloc_v2 / cudaMalloc.  Such memory has
+// no stream: after a free, the next owner may use it on any stream, so the
+// block's own stream must not be one the fence leaves out as "ordered
+// already" (the core skips the block's stream when fencing).  Giving these
+// blocks a pseudo-stream that no work runs on keeps the legacy stream in the
+// fence.  2 never names a real stream here: CU_STREAM_PER_THREAD (0x2) is
+// mapped to a per-thread token before it reaches the core.
+inline constexpr StreamId kUnorderedStreamId = 2;
 
 // This thread's per-thread default stream token.
 inline StreamId per_thread_stream_id() {
@@ -34,8 +42,10 @@ inline StreamId stream_id(CUstream s, bool ptsz) {
 }
 
 // The handle for a plain driver call from this thread; false when `id` is
-// another thread's per-thread stream (which this thread cannot name).
+// another thread's per-thread stream (which this thread cannot name) or the
+// unordered pseudo-stream.
 inline bool to_cu_stream(StreamId id, CUstream* out) {
+  if (id == kUnorderedStreamId) return false;
   if (id == kLegacyStreamId) {
     *out = CU_STREAM_LEGACY;
   } else if (is_per_thread_id(id)) {

@@ -154,6 +154,24 @@ static int fence(void) {
   return 0;
 }
 
+/* Work on the legacy stream may still read a freed block while the next
+ * owner writes it from a non-blocking stream (which does not wait for the
+ * legacy stream): the fence must cover the legacy stream too. */
+static int fence_legacy_reader(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  A->fake_hold(NULL, 1); /* a kernel on the legacy stream still reads p */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
+  A->fake_hold(NULL, 0);
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK(r == p);
+  return 0;
+}
+
 /* A program using only the legacy stream pays nothing: stream-ordered reuse,
  * no event, no synchronization. */
 static int legacy_only(void) {
@@ -407,7 +425,7 @@ static int fence_during_capture(void) {
   CHECK_CU(A->mem_alloc(&p, MiB));
   unsigned long records = stats().event_record;
   CHECK_CU(A->mem_free(p));
-  CHECK(stats().event_record == records + 1); /* s2 only */
+  CHECK(stats().event_record == records + 2); /* the legacy stream and s2, not s1 */
   CHECK_CU(A->end_capture(s1, &g));
   return 0;
 }
@@ -587,6 +605,7 @@ static const struct behaviour behaviours[] = {
   {"alignment", alignment},
   {"fence", fence},
   {"legacy_only", legacy_only},
+  {"fence_legacy_reader", fence_legacy_reader},
   {"policy_stream", policy_stream},
   {"policy_device", policy_device},
   {"async_same_stream", async_same_stream},
