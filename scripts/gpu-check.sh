@@ -223,6 +223,18 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
   free_shim=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-shim.out" | grep -o '[0-9.]*')
   free_bare=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-noshim.log" | grep -o '[0-9.]*')
   [[ -n "$free_shim" ]] && fig+="; cudaFree during a busy kernel: ${free_shim} ms (bare ${free_bare:-?} ms)"
+  # When alloc_patterns fails under the shim, each pattern runs alone so the
+  # row can name every failing one (a crash would hide those after it).
+  if [[ $ex == alloc_patterns_* && $rc -ne 0 && $rc -ne 77 ]]; then
+    failing=""
+    for pat in sizes fence async graph threads meminfo oom; do
+      timeout --kill-after=5 "$(budget_for 60)" env LD_PRELOAD="$SHIM" "$prog" "$pat" >"$WORK/$ex-$pat.log" 2>&1
+      prc=$?
+      [[ $prc -ne 0 ]] && failing+=" $pat(exit $prc)"
+    done
+    echo "patterns failing alone under the shim:${failing:- none}"
+    fig+="; failing alone:${failing:- none}"
+  fi
   if [[ $rc -eq 77 && $rc_bare -eq 77 ]]; then
     row "example $ex" SKIP "the program found no usable GPU"
   elif [[ $rc -eq 0 && $rc_bare -eq 0 ]] && grep -qE ': PASS$' "$WORK/$ex-shim.out"; then
