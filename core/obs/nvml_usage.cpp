@@ -26,7 +26,7 @@ namespace {
 
 using nvmlReturn = int;
 using nvmlDevice = void*;
-struct nvmlProcessInfo {  // nvmlProcessInfo_v2_t (the layout _v2/_v3 fill)
+struct nvmlProcessInfo {  // nvmlProcessInfo_v2_t: the layout _v2 and _v3 fill (the unversioned call uses a shorter one)
   unsigned int pid;
   unsigned long long usedGpuMemory;
   unsigned int gpuInstanceId;
@@ -34,6 +34,7 @@ struct nvmlProcessInfo {  // nvmlProcessInfo_v2_t (the layout _v2/_v3 fill)
 };
 constexpr nvmlReturn kNvmlSuccess = 0;
 constexpr nvmlReturn kNvmlInsufficientSize = 7;
+constexpr unsigned long long kNvmlValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
 
 struct Nvml {
   nvmlReturn (*init)();
@@ -91,9 +92,14 @@ std::string usage_lines(const Nvml& n, int ordinal) {
   count = static_cast<unsigned int>(infos.size());
   if (n.processes(dev, &count, infos.data()) != kNvmlSuccess) return "";
   std::string out;
-  for (unsigned int i = 0; i < count; ++i)
+  for (unsigned int i = 0; i < count; ++i) {
+    if (infos[i].usedGpuMemory == kNvmlValueNotAvailable) {  // e.g. no permission in a container
+      out += fmt::format("  process {} uses an unknown amount\n", infos[i].pid);
+      continue;
+    }
     out += fmt::format("  process {} uses {:.2f} MiB\n", infos[i].pid,
                        static_cast<double>(infos[i].usedGpuMemory) / (1024.0 * 1024.0));
+  }
   return out;
 }
 
