@@ -289,7 +289,7 @@ fi
 tar -czf "$OUTDIR/artefacts.tar.gz" -C "$WORK" . 2>/dev/null
 {
   printf '\n===== gpu-check summary (%s, %s s)\n' "${gpu_name:-no GPU}" "$(elapsed)"
-  awk -F'\t' '{ printf "%-34s %-5s %s\n", $1, $2, $3 }' "$ROWS"
+  awk -F'\t' '{ printf "%-48s %-5s %s\n", $1, $2, $3 }' "$ROWS"
   printf '%s checks: %s PASS, %s FAIL, %s SKIP\n' "$(wc -l <"$ROWS")" \
     "$(grep -c $'\tPASS\t' "$ROWS")" "$(grep -c $'\tFAIL\t' "$ROWS")" "$(grep -c $'\tSKIP\t' "$ROWS")"
 } | tee "$OUTDIR/summary.txt"
