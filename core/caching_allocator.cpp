@@ -73,6 +73,11 @@ Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
   return kSuccess;
 }
 
+bool CachingAllocator::owns(DevicePtr ptr) const {
+  std::lock_guard lock(mutex_);
+  return inside_segment(ptr);
+}
+
 bool CachingAllocator::is_live(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   return find_live(ptr) != nullptr;

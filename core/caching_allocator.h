@@ -64,6 +64,14 @@ class CachingAllocator {
   // Marks a live block as used on `stream`: its free will wait for that stream.
   Status record_stream(DevicePtr ptr, StreamId stream);
 
+  // Called before `stream` is destroyed: the blocks cached on it wait for the
+  // work already enqueued there, because a stream created later may get the
+  // same handle and would otherwise reuse them in "stream order" while the
+  // destroyed stream's last kernels still run.
+  Status retire_stream(StreamId stream);
+
+  // Whether `ptr` lies inside a segment of this allocator (live or not).
+  bool owns(DevicePtr ptr) const;
   // Whether `ptr` is the start of a live block of this allocator.
   bool is_live(DevicePtr ptr) const;
   // The stream a live block was allocated on (0 if `ptr` is not live).

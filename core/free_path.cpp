@@ -68,6 +68,42 @@ bool CachingAllocator::in_pool(const Block* block) const {
   return pool.blocks.count(const_cast<Block*>(block)) != 0;
 }
 
+Status CachingAllocator::retire_stream(StreamId stream) {
+  std::lock_guard lock(mutex_);
+  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+    Block key;
+    key.stream = stream;
+    std::vector<Block*> cached;
+    for (auto it = pool->blocks.lower_bound(&key); it != pool->blocks.end() && (*it)->stream == stream; ++it)
+      cached.push_back(*it);
+    for (Block* b : cached) {
+      Status err = kSuccess;
+      const EventId event = acquire_event(&err);
+      if (err == kSuccess) err = backend_->event_record(event, stream);
+      if (err != kSuccess) {
+        // No event: wait for the device instead; what is still cached is
+        // then safe to reuse on any stream.
+        if (event != 0) recycle_event(event);
+        backend_->synchronize_device();
+        ++stats_.num_sync_all_streams;
+        return kSuccess;
+      }
+      // Free -> pending, exactly as a block freed with an event outstanding:
+      // out of the pool, counted active until the event completes.
+      pool->blocks.erase(b);
+      if (b->is_split()) {
+        stats_.inactive_split.decrease(pool->small, 1);
+        stats_.inactive_split_bytes.decrease(pool->small, static_cast<std::int64_t>(b->size));
+      }
+      stats_.active.increase(pool->small, 1);
+      stats_.active_bytes.increase(pool->small, static_cast<std::int64_t>(b->size));
+      ++b->pending_events;
+      pending_[stream].push_back({event, b});
+    }
+  }
+  return kSuccess;
+}
+
 // Active -> free: the block leaves the active count and joins its pool.
 void CachingAllocator::deactivate(Block* block) {
   const bool small = block->segment->small;

@@ -22,7 +22,7 @@ status=0
 echo "== build (build/)"
 if build build; then
   echo "== tests: unit, integration, gpu, slow"
-  meson test -C build --no-rebuild --print-errorlogs -j "$jobs" \
+  meson test -C build --no-rebuild --print-errorlogs --num-processes "$jobs" \
     --suite unit --suite integration --suite gpu --suite slow || status=1
 else
   status=1
@@ -31,7 +31,7 @@ fi
 echo "== unit tests under ASan + UBSan (build-asan/)"
 if build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dgpu_tests=disabled; then
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
-    meson test -C build-asan --no-rebuild --print-errorlogs -j "$jobs" --suite unit || status=1
+    meson test -C build-asan --no-rebuild --print-errorlogs --num-processes "$jobs" --suite unit || status=1
 else
   status=1
 fi

@@ -68,6 +68,12 @@ void ContextState::forget_stream(StreamId id) {
   streams_.erase(id);
 }
 
+void ContextState::retire_stream(StreamId id) {
+  std::unique_lock pin(stream_lifetime_);
+  forget_stream(id);
+  allocator_->retire_stream(id);
+}
+
 std::vector<StreamId> ContextState::fence_streams() const {
   std::lock_guard lock(mutex_);
   std::vector<StreamId> out;
@@ -89,14 +95,10 @@ ContextState* current_context_state() {
 }
 
 // Rare path (frees of pointers the current context does not own): a lock
-// and a scan over the contexts.  The core has no "owns" query, so this asks
-// record_stream() with the block's own stream, which changes nothing and
-// answers kNotOwned exactly when `ptr` lies outside every segment.
+// and a scan over the contexts.
 ContextState* find_owner(DevicePtr ptr) {
-  for (ContextState* s : all_context_states()) {
-    CachingAllocator& a = s->allocator();
-    if (a.record_stream(ptr, a.stream_of(ptr)) != kNotOwned) return s;
-  }
+  for (ContextState* s : all_context_states())
+    if (s->allocator().owns(ptr)) return s;
   return nullptr;
 }
 

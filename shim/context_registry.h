@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <vector>
 
 #include "caching_allocator.h"
@@ -34,6 +35,13 @@ class ContextState {
   // Stream bookkeeping for the free policy.
   void note_stream(StreamId id);   // a stream created or used (not the legacy one)
   void forget_stream(StreamId id); // destroyed
+  // Called before the real cuStreamDestroy: waits for in-flight fenced
+  // frees (which may be recording events on the stream), drops the stream
+  // from the fence list and makes the blocks cached on it wait for its work.
+  void retire_stream(StreamId id);
+  // Held (shared) by a fenced free from taking the stream list to recording
+  // its events, so no stream in the list is destroyed in between.
+  std::shared_mutex& stream_lifetime() { return stream_lifetime_; }
   // True once anything but the legacy default stream was seen.
   bool multi_stream() const { return multi_stream_.load(std::memory_order_relaxed); }
   // True once a per-thread default stream of a thread other than the caller
@@ -54,6 +62,7 @@ class ContextState {
   CudaBackend backend_;
   std::unique_ptr<CachingAllocator> allocator_;
   mutable std::mutex mutex_;
+  std::shared_mutex stream_lifetime_;
   std::set<StreamId> streams_;       // live created/used streams
   std::set<StreamId> ptds_tokens_;   // per-thread default streams seen
   std::atomic<bool> multi_stream_{false};

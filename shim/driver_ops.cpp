@@ -180,10 +180,10 @@ void note_stream_created(CUstream stream) {
   if (ContextState* ctx = current_context_state()) ctx->note_stream(stream_id(stream, false));
 }
 
-void note_stream_destroyed(CUstream stream) {
+void note_stream_destroying(CUstream stream) {
   g_stream_generation.fetch_add(1, std::memory_order_relaxed);
   if (!serving(current_mode())) return;
-  if (ContextState* ctx = current_context_state()) ctx->forget_stream(stream_id(stream, false));
+  if (ContextState* ctx = current_context_state()) ctx->retire_stream(stream_id(stream, false));
 }
 
 }  // namespace cachalloc::shim

@@ -29,8 +29,8 @@ class RepeatOomGuard {
   RepeatOomGuard& operator=(const RepeatOomGuard&) = delete;
 };
 
-// Stream bookkeeping after the real call succeeded.
+// Stream bookkeeping: after a successful create, before the real destroy.
 void note_stream_created(CUstream stream);
-void note_stream_destroyed(CUstream stream);
+void note_stream_destroying(CUstream stream);
 
 }  // namespace cachalloc::shim

@@ -91,9 +91,9 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flag
 EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamDestroy_v2);
-    CUresult r = real_fn(hStream);
-    if (r == CUDA_SUCCESS) note_stream_destroyed(hStream);
-    return r;
+    // Before the real destroy: no event may be recorded on a dead stream.
+    note_stream_destroying(hStream);
+    return real_fn(hStream);
   });
 }
 

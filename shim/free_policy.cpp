@@ -1,6 +1,8 @@
 // free_policy.cpp — the free_sync rules.
 #include "free_policy.h"
 
+#include <shared_mutex>
+
 #include "capture_tracking.h"
 #include "stream_ids.h"
 

@@ -110,3 +110,37 @@ TEST_CASE("stream_of and is_live describe live blocks only") {
   CHECK(f.alloc->record_stream(a, kS1) == kInvalidValue);
   CHECK(f.alloc->record_stream(0x10, kS1) == kNotOwned);
 }
+
+TEST_CASE("retire_stream: cached blocks of a destroyed stream wait for its last work") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(3 * MiB, kS1);
+  const DevicePtr keep = f.malloc(4096, kS1);
+  f.free(a);
+  REQUIRE(f.alloc->retire_stream(kS1) == kSuccess);
+  f.alloc->validate();
+  CHECK(f.backend.event_records >= 1);
+  // A new stream with the same handle must not get the block yet.
+  DevicePtr p = 0;
+  REQUIRE(f.try_malloc(3 * MiB, kS1, &p) == kSuccess);
+  CHECK(p != a);
+  f.backend.complete_events_on(kS1);
+  f.free(p);
+  REQUIRE(f.try_malloc(3 * MiB, kS1, &p) == kSuccess);
+  CHECK(p == a);
+  f.free(keep);
+}
+
+TEST_CASE("retire_stream: without an event the device is synchronized instead") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(4096, kS1);
+  const DevicePtr keep = f.malloc(4096, kS1);
+  f.free(a);
+  f.backend.fail_next_records(1);
+  REQUIRE(f.alloc->retire_stream(kS1) == kSuccess);
+  f.alloc->validate();
+  CHECK(f.backend.device_syncs == 1);
+  CHECK(f.malloc(4096, kS1) == a);
+  f.free(keep);
+  CHECK(f.alloc->owns(a));
+  CHECK_FALSE(f.alloc->owns(0x10));
+}
