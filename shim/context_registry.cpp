@@ -49,39 +49,39 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, const RealDriver* dri
   allocator_->set_observer(&obs::ProcessObserver::instance());
 }
 
-void ContextState::note_stream(StreamId id) {
+void ContextState::note_stream(StreamId id, bool non_blocking) {
   if (id == kLegacyStreamId) return;
-  std::lock_guard lock(mutex_);
-  if (is_per_thread_id(id)) {
-    if (ptds_tokens_.insert(id).second) {
-      if (ptds_tokens_.size() == 1) first_ptds_token_.store(id, std::memory_order_relaxed);
-      ptds_threads_.store(static_cast<int>(ptds_tokens_.size()), std::memory_order_relaxed);
-    }
-  } else {
-    streams_.insert(id);
-  }
   multi_stream_.store(true, std::memory_order_relaxed);
+  if (!non_blocking) return;
+  std::lock_guard lock(mutex_);
+  nonblocking_.insert(id);
+  nonblocking_live_.store(nonblocking_.size(), std::memory_order_relaxed);
 }
 
 void ContextState::forget_stream(StreamId id) {
   std::lock_guard lock(mutex_);
-  streams_.erase(id);
+  nonblocking_.erase(id);
+  nonblocking_live_.store(nonblocking_.size(), std::memory_order_relaxed);
+}
+
+bool ContextState::defer_free(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  if (!deferred_.insert(ptr).second) return false;
+  deferred_count_.store(deferred_.size(), std::memory_order_relaxed);
+  return true;
+}
+
+std::vector<DevicePtr> ContextState::take_deferred() {
+  std::lock_guard lock(mutex_);
+  std::vector<DevicePtr> out(deferred_.begin(), deferred_.end());
+  deferred_.clear();
+  deferred_count_.store(0, std::memory_order_relaxed);
+  return out;
 }
 
 void ContextState::retire_stream(StreamId id) {
-  std::unique_lock pin(stream_lifetime_);
   forget_stream(id);
   allocator_->retire_stream(id);
-}
-
-std::vector<StreamId> ContextState::fence_streams() const {
-  std::lock_guard lock(mutex_);
-  std::vector<StreamId> out;
-  out.reserve(streams_.size() + 2);
-  out.push_back(kLegacyStreamId);
-  out.insert(out.end(), streams_.begin(), streams_.end());
-  if (ptds_tokens_.count(per_thread_stream_id()) != 0) out.push_back(per_thread_stream_id());
-  return out;
 }
 
 ContextState* current_context_state() {

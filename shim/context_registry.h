@@ -13,7 +13,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <vector>
 
 #include "caching_allocator.h"
@@ -32,28 +31,29 @@ class ContextState {
   std::size_t device_total() const { return device_total_; }  // bytes, from cuMemGetInfo at creation
   CachingAllocator& allocator() { return *allocator_; }
 
-  // Stream bookkeeping for the free policy.
-  void note_stream(StreamId id);   // a stream created or used (not the legacy one)
-  void forget_stream(StreamId id); // destroyed
-  // Called before the real cuStreamDestroy: waits for in-flight fenced
-  // frees (which may be recording events on the stream), drops the stream
-  // from the fence list and makes the blocks cached on it wait for its work.
+  // Stream bookkeeping for the free policy.  The shim records events only
+  // on the legacy stream and on a stream the program is handing it in the
+  // same call: a handle kept from earlier may have been destroyed by a path
+  // no hook sees, and an event recorded on a dead stream crashes the driver.
+  void note_stream(StreamId id, bool non_blocking);  // created or used (not legacy)
+  void forget_stream(StreamId id);                   // destroyed
+  // Called before the real cuStreamDestroy: drops the stream and makes the
+  // blocks cached on it wait for its work (the handle may be reused).
   void retire_stream(StreamId id);
-  // Held (shared) by a fenced free from taking the stream list to recording
-  // its events, so no stream in the list is destroyed in between.
-  std::shared_mutex& stream_lifetime() { return stream_lifetime_; }
   // True once anything but the legacy default stream was seen.
   bool multi_stream() const { return multi_stream_.load(std::memory_order_relaxed); }
-  // True once a per-thread default stream of a thread other than the caller
-  // was used: the caller cannot record an event on it.
-  bool other_threads_per_thread_streams() const {
-    const int n = ptds_threads_.load(std::memory_order_relaxed);
-    return n > 1 || (n == 1 && first_ptds_token_.load(std::memory_order_relaxed) != per_thread_stream_id());
-  }
-  // The streams a fenced free must wait for, as seen from the calling
-  // thread: the legacy stream, every live stream, this thread's per-thread
-  // stream if it was used.
-  std::vector<StreamId> fence_streams() const;
+  // True while a non-blocking stream is (as far as the hooks know) alive:
+  // work on it is not ordered by the legacy stream, so only a device
+  // synchronization covers it.
+  bool nonblocking_streams_live() const { return nonblocking_live_.load(std::memory_order_relaxed) > 0; }
+
+  // Frees that arrive while a graph capture is in flight can neither record
+  // an event on the legacy stream nor synchronize (either would break the
+  // capture): the block stays allocated until the capture ends.
+  // Returns false if `ptr` is already waiting (a double free).
+  bool defer_free(DevicePtr ptr);
+  bool has_deferred() const { return deferred_count_.load(std::memory_order_relaxed) != 0; }
+  std::vector<DevicePtr> take_deferred();
 
  private:
   CUcontext ctx_;
@@ -62,12 +62,11 @@ class ContextState {
   CudaBackend backend_;
   std::unique_ptr<CachingAllocator> allocator_;
   mutable std::mutex mutex_;
-  std::shared_mutex stream_lifetime_;
-  std::set<StreamId> streams_;       // live created/used streams
-  std::set<StreamId> ptds_tokens_;   // per-thread default streams seen
+  std::set<StreamId> nonblocking_;   // live non-blocking streams
   std::atomic<bool> multi_stream_{false};
-  std::atomic<int> ptds_threads_{0};
-  std::atomic<StreamId> first_ptds_token_{0};
+  std::atomic<std::size_t> nonblocking_live_{0};
+  std::set<DevicePtr> deferred_;
+  std::atomic<std::size_t> deferred_count_{0};
 };
 
 // The state of the calling thread's current context, created on first use.

@@ -1,6 +1,8 @@
 // cuda_backend.cpp — DeviceBackend primitives as real driver calls.
 #include "cuda_backend.h"
 
+#include "log.h"
+
 #include "capture_tracking.h"
 #include "stream_ids.h"
 
@@ -37,6 +39,9 @@ Status CudaBackend::event_create(EventId* out) {
 Status CudaBackend::event_record(EventId event, StreamId stream) {
   CUstream s = nullptr;
   if (!to_cu_stream(stream, &s)) return kInvalidValue;
+  if (obs::logger().should_log(spdlog::level::trace))
+    obs::logger().trace("record event {} on stream {}", static_cast<const void*>(as_event(event)),
+                        static_cast<const void*>(s));
   return status(d_->cuEventRecord(as_event(event), s));
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "capture_tracking.h"
+#include "log.h"
 #include "context_registry.h"
 #include "free_policy.h"
 #include "process_state.h"
@@ -25,6 +26,15 @@ void count_capture() { counters().count(obs::Passthrough::capture); }
 // reused by the next stream created, which must then be noted again.
 std::atomic<std::uint64_t> g_stream_generation{0};
 
+// Whether the program's stream `id` (valid: it is an argument of the call
+// being served) is non-blocking.
+bool is_nonblocking(StreamId id) {
+  CUstream s = nullptr;
+  if (is_per_thread_id(id) || !to_cu_stream(id, &s) || driver()->cuStreamGetFlags == nullptr) return false;
+  unsigned int flags = 0;
+  return driver()->cuStreamGetFlags(s, &flags) == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) != 0;
+}
+
 // Stream use noted once per (context, stream) per thread in the common case:
 // the context's lock is taken only when the stream changes.
 void note_use(ContextState* ctx, StreamId id) {
@@ -33,7 +43,7 @@ void note_use(ContextState* ctx, StreamId id) {
   thread_local std::uint64_t t_generation = 0;
   const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
   if (id == kLegacyStreamId || (t_ctx == ctx && t_id == id && t_generation == generation)) return;
-  ctx->note_stream(id);
+  ctx->note_stream(id, is_nonblocking(id));
   t_ctx = ctx;
   t_id = id;
   t_generation = generation;
@@ -86,6 +96,7 @@ CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
   if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
+  settle_deferred_frees(*ctx);
   DevicePtr p = 0;
   Status s = ctx->allocator().malloc(&p, size, kUnorderedStreamId);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
@@ -100,6 +111,7 @@ CUresult do_mem_free(CUdeviceptr ptr) {
     return driver()->cuMemFree_v2(ptr);
   }
   ContextState* ctx = current_context_state();
+  if (ctx != nullptr) settle_deferred_frees(*ctx);
   Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
   if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr); });
   if (s != kNotOwned) return to_cu(s);
@@ -123,6 +135,7 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   if (ctx == nullptr) return pass_alloc_async(out, size, stream, ptsz);
   const StreamId id = stream_id(stream, ptsz);
   note_use(ctx, id);
+  settle_deferred_frees(*ctx);
   DevicePtr p = 0;
   Status s = ctx->allocator().malloc(&p, size, id);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
@@ -175,12 +188,17 @@ CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes) {
   return CUDA_SUCCESS;
 }
 
-void note_stream_created(CUstream stream) {
+void note_stream_created(CUstream stream, unsigned int flags) {
+  if (obs::logger().should_log(spdlog::level::debug))
+    obs::logger().debug("stream {} created", static_cast<const void*>(stream));
   if (!serving(current_mode())) return;
-  if (ContextState* ctx = current_context_state()) ctx->note_stream(stream_id(stream, false));
+  if (ContextState* ctx = current_context_state())
+    ctx->note_stream(stream_id(stream, false), (flags & CU_STREAM_NON_BLOCKING) != 0);
 }
 
 void note_stream_destroying(CUstream stream) {
+  if (obs::logger().should_log(spdlog::level::debug))
+    obs::logger().debug("stream {} destroyed", static_cast<const void*>(stream));
   g_stream_generation.fetch_add(1, std::memory_order_relaxed);
   if (!serving(current_mode())) return;
   if (ContextState* ctx = current_context_state()) ctx->retire_stream(stream_id(stream, false));

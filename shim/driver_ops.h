@@ -30,7 +30,7 @@ class RepeatOomGuard {
 };
 
 // Stream bookkeeping: after a successful create, before the real destroy.
-void note_stream_created(CUstream stream);
+void note_stream_created(CUstream stream, unsigned int flags);
 void note_stream_destroying(CUstream stream);
 
 }  // namespace cachalloc::shim

@@ -74,7 +74,7 @@ EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int flags) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamCreate);
     CUresult r = real_fn(phStream, flags);
-    if (r == CUDA_SUCCESS) note_stream_created(*phStream);
+    if (r == CUDA_SUCCESS) note_stream_created(*phStream, flags);
     return r;
   });
 }
@@ -83,7 +83,7 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flag
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamCreateWithPriority);
     CUresult r = real_fn(phStream, flags, priority);
-    if (r == CUDA_SUCCESS) note_stream_created(*phStream);
+    if (r == CUDA_SUCCESS) note_stream_created(*phStream, flags);
     return r;
   });
 }

@@ -1,9 +1,8 @@
 // free_policy.cpp — the free_sync rules.
 #include "free_policy.h"
 
-#include <shared_mutex>
-
 #include "capture_tracking.h"
+#include "process_state.h"
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
@@ -15,29 +14,29 @@ FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
     case FreeSync::device:
       return FreeRule::device;
     case FreeSync::fence:
-      return ctx.other_threads_per_thread_streams() ? FreeRule::device : FreeRule::fence;
+      return ctx.nonblocking_streams_live() ? FreeRule::device : FreeRule::fence;
     case FreeSync::automatic:
       break;
   }
   if (!ctx.multi_stream()) [[likely]] return FreeRule::stream;
-  return ctx.other_threads_per_thread_streams() ? FreeRule::device : FreeRule::fence;
+  return ctx.nonblocking_streams_live() ? FreeRule::device : FreeRule::fence;
 }
 
 Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
   CachingAllocator& a = ctx.allocator();
+  if (rule != FreeRule::stream && capture_in_flight()) [[unlikely]] {
+    if (!a.is_live(ptr)) return a.free(ptr);  // kNotOwned or kInvalidValue, nothing changes
+    return ctx.defer_free(ptr) ? kSuccess : kInvalidValue;
+  }
   switch (rule) {
     case FreeRule::stream:
       return a.free(ptr);
     case FreeRule::fence: {
-      std::vector<StreamId> streams = ctx.fence_streams();
-      // A capturing stream executes nothing until its graph is launched: an
-      // event recorded there would only join the capture.
-      if (capture_in_flight()) [[unlikely]]
-        std::erase_if(streams, [](StreamId id) {
-          CUstream s = nullptr;
-          return to_cu_stream(id, &s) && stream_is_capturing(s, false);
-        });
-      return a.free_fenced(ptr, streams);
+      // An event on the legacy stream completes only after all work enqueued
+      // before it on every blocking stream, per-thread default streams
+      // included: one event covers them all.
+      static constexpr StreamId kLegacyOnly[] = {kLegacyStreamId};
+      return a.free_fenced(ptr, kLegacyOnly);
     }
     case FreeRule::device: {
       // Only synchronize for pointers we own: a foreign pointer goes to the
@@ -49,6 +48,11 @@ Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
     }
   }
   return kInvalidValue;
+}
+
+void settle_deferred_frees(ContextState& ctx) {
+  if (!ctx.has_deferred() || capture_in_flight()) [[likely]] return;
+  for (DevicePtr ptr : ctx.take_deferred()) free_by_rule(ctx, ptr, choose_free_rule(config().free_sync, ctx));
 }
 
 }  // namespace cachalloc::shim

@@ -39,6 +39,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuCtxSetCurrent, "cuCtxSetCurrent");
   resolve(h, &d->cuCtxGetDevice, "cuCtxGetDevice");
   resolve(h, &d->cuCtxSynchronize, "cuCtxSynchronize");
+  resolve(h, &d->cuStreamGetFlags, "cuStreamGetFlags");
   resolve(h, &d->cuEventCreate, "cuEventCreate");
   resolve(h, &d->cuEventRecord, "cuEventRecord");
   resolve(h, &d->cuEventQuery, "cuEventQuery");

@@ -35,6 +35,7 @@ struct RealDriver {
   PFN_cuStreamEndCapture_v10000_ptsz cuStreamEndCapture_ptsz = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
+  PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;

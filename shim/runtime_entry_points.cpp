@@ -68,6 +68,7 @@ Status try_alloc(void** out, size_t size, StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
   ContextState* ctx = serving_context();
   if (ctx == nullptr) return kNotOwned;
+  settle_deferred_frees(*ctx);
   DevicePtr p = 0;
   Status s = ctx->allocator().malloc(&p, size, stream);
   if (s == kSuccess) *out = reinterpret_cast<void*>(p);
@@ -92,7 +93,7 @@ bool try_free_async(void* ptr, cudaStream_t s, bool ptsz) {
   if (ctx == nullptr) return false;
   auto p = reinterpret_cast<DevicePtr>(ptr);
   const StreamId id = stream_id(reinterpret_cast<CUstream>(s), ptsz);
-  ctx->note_stream(id);
+  ctx->note_stream(id, false);  // blocking or not, this free waits on `s` itself
   if (ctx->allocator().record_stream(p, id) != kSuccess) return false;
   return ctx->allocator().free(p) == kSuccess;
 }

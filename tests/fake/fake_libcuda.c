@@ -33,6 +33,7 @@ struct CUstream_st {
   int capturing;
   int blocking;              /* orders against the legacy stream */
   struct CUstream_st* next;  /* registry of created streams */
+  int dead;                  /* destroyed: the real driver may crash on it */
 };
 struct CUevent_st {
   int ndeps;
@@ -259,12 +260,20 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, in
   return create_stream(out, flags);
 }
 
+EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+  struct CUstream_st* st = resolve_stream(s, 0);
+  *flags = st->blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
+  return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
   lock_fake();
   /* Unlinked but never freed: events recorded on it may still point here. */
   for (struct CUstream_st** p = &streams; *p; p = &(*p)->next)
     if (*p == s) { *p = s->next; break; }
+  s->dead = 1;
   stats.stream_destroy++;
   unlock_fake();
   return CUDA_SUCCESS;
@@ -343,6 +352,11 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
   lock_fake();
   stats.event_record++;
   struct CUstream_st* st = resolve_stream(s, ptsz);
+  if (st->dead) { /* the real driver dereferences freed memory here */
+    stats.record_on_dead_stream++;
+    unlock_fake();
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   e->ndeps = 0;
   add_dep(e, st);
   if (st == &legacy_stream) {

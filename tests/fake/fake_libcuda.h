@@ -33,6 +33,7 @@ struct fake_cuda_stats_t {
   unsigned long live_allocs;
   size_t live_bytes;
   size_t total_bytes;
+  unsigned long record_on_dead_stream; /* events recorded on a destroyed stream (a crash on a real GPU) */
 };
 
 /* Copies the counters. */

@@ -160,7 +160,7 @@ static int fence(void) {
 static int fence_legacy_reader(void) {
   CUstream s;
   CUdeviceptr p = 0, q = 0, r = 0;
-  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&s, 0)); /* a second (blocking) stream: the free is fenced */
   A->fake_hold(NULL, 1); /* a kernel on the legacy stream still reads p */
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(A->mem_free(p));
@@ -169,6 +169,61 @@ static int fence_legacy_reader(void) {
   A->fake_hold(NULL, 0);
   CHECK_CU(A->mem_alloc(&r, MiB));
   CHECK(r == p);
+  return 0;
+}
+
+/* One event on the legacy stream also covers work on blocking streams. */
+static int fence_blocking_stream(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1); /* a kernel on s still reads p */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  unsigned long records = stats().event_record, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().event_record == records + 1 && stats().ctx_sync == syncs);
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK(r == p);
+  return 0;
+}
+
+/* Work on a non-blocking stream is not ordered by the legacy stream: while
+ * one is alive a plain free synchronizes the context, as cuMemFree does. */
+static int nonblocking_stream_device_sync(void) {
+  CUstream s;
+  CUdeviceptr p = 0;
+  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  unsigned long syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK_CU(A->stream_destroy(s)); /* gone: back to the fence */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  unsigned long records = stats().event_record;
+  syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().ctx_sync == syncs && stats().event_record == records + 1);
+  return 0;
+}
+
+/* A stream destroyed behind the hooks' back (the real destroy called
+ * directly, as a runtime may do internally) never gets an event recorded
+ * on it: on a real GPU that crashes inside libcuda. */
+static int stream_destroyed_unseen(void) {
+  PFN_cuStreamDestroy_v4000 raw_destroy = (PFN_cuStreamDestroy_v4000)A->fake_raw("cuStreamDestroy_v2");
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&q, 4096, s));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(raw_destroy(s));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK(stats().record_on_dead_stream == 0);
   return 0;
 }
 
@@ -294,8 +349,8 @@ static void* use_ptsz_in_thread(void* ok) {
   return NULL;
 }
 
-/* Per-thread default streams of other threads cannot be fenced from here:
- * once two threads used them, a plain free synchronizes the context. */
+/* Per-thread default streams of other threads are blocking streams: the one
+ * event on the legacy stream covers them, no context synchronization. */
 static int ptsz_threads(void) {
   CUdeviceptr a = 0, p = 0;
   int ok = 0;
@@ -304,15 +359,16 @@ static int ptsz_threads(void) {
   CHECK(pthread_create(&t, NULL, use_ptsz_in_thread, &ok) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(ok);
-  unsigned long syncs = stats().ctx_sync;
+  unsigned long syncs = stats().ctx_sync, records = stats().event_record;
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(A->mem_free(p));
-  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK(stats().ctx_sync == syncs);
+  CHECK(stats().event_record == records + 1);
   return 0;
 }
 
-/* Only another thread used its per-thread stream: still not fenceable from
- * here, so the free synchronizes. */
+/* Only another thread used its per-thread stream: fenced on the legacy
+ * stream all the same. */
 static int ptsz_other_thread(void) {
   CUdeviceptr p = 0;
   int ok = 0;
@@ -320,10 +376,11 @@ static int ptsz_other_thread(void) {
   CHECK(pthread_create(&t, NULL, use_ptsz_in_thread, &ok) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(ok);
-  unsigned long syncs = stats().ctx_sync;
+  unsigned long syncs = stats().ctx_sync, records = stats().event_record;
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(A->mem_free(p));
-  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK(stats().ctx_sync == syncs);
+  CHECK(stats().event_record == records + 1);
   return 0;
 }
 
@@ -413,20 +470,26 @@ static int capture_global(void) {
   return 0;
 }
 
-/* A fenced free records no event on a stream being captured (it executes
- * nothing yet), only on the others. */
+/* A fenced free during a capture records nothing (an event on the legacy
+ * stream would break the capture): the block stays allocated until the
+ * capture has ended, then the next call fences it. */
 static int fence_during_capture(void) {
   CUstream s1, s2;
   CUgraph g;
-  CUdeviceptr p = 0;
+  CUdeviceptr p = 0, q = 0;
   CHECK_CU(A->stream_create(&s1, 0));
   CHECK_CU(A->stream_create(&s2, 0));
   CHECK_CU(A->begin_capture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
   CHECK_CU(A->mem_alloc(&p, MiB));
-  unsigned long records = stats().event_record;
+  unsigned long records = stats().event_record, syncs = stats().ctx_sync;
   CHECK_CU(A->mem_free(p));
-  CHECK(stats().event_record == records + 2); /* the legacy stream and s2, not s1 */
+  CHECK(stats().event_record == records && stats().ctx_sync == syncs);
+  CHECK(A->mem_free(p) == CUDA_ERROR_INVALID_VALUE); /* a double free is still caught */
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p);
   CHECK_CU(A->end_capture(s1, &g));
+  CHECK_CU(A->mem_free(q)); /* settles p's free first, then q's: two events */
+  CHECK(stats().event_record == records + 2);
   return 0;
 }
 
@@ -606,6 +669,9 @@ static const struct behaviour behaviours[] = {
   {"fence", fence},
   {"legacy_only", legacy_only},
   {"fence_legacy_reader", fence_legacy_reader},
+  {"fence_blocking_stream", fence_blocking_stream},
+  {"nonblocking_stream_device_sync", nonblocking_stream_device_sync},
+  {"stream_destroyed_unseen", stream_destroyed_unseen},
   {"policy_stream", policy_stream},
   {"policy_device", policy_device},
   {"async_same_stream", async_same_stream},
