@@ -43,6 +43,10 @@ void note_use(ContextState* ctx, StreamId id) {
   thread_local std::uint64_t t_generation = 0;
   const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
   if (id == kLegacyStreamId || (t_ctx == ctx && t_id == id && t_generation == generation)) return;
+  // While a capture is in flight even a cuStreamGetFlags on the capturing
+  // stream invalidates a thread-local capture (seen on the H200): note the
+  // stream on a later call instead.
+  if (capture_in_flight()) [[unlikely]] return;
   ctx->note_stream(id, is_nonblocking(id));
   t_ctx = ctx;
   t_id = id;

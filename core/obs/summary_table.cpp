@@ -52,7 +52,12 @@ void value_row(std::string& out, std::string_view label, std::string_view value)
   out += boxed(fmt::format(" {:<44}{:>29} ", label, value));
 }
 
-std::string seconds(std::uint64_t ns) { return fmt::format("{:.3f} s", static_cast<double>(ns) / 1e9); }
+// Seconds from 1 s up, else milliseconds: most programs spend well under a
+// second inside cachalloc, and "0.000 s" would say nothing.
+std::string duration(std::uint64_t ns) {
+  if (ns >= 1'000'000'000) return fmt::format("{:.3f} s", static_cast<double>(ns) / 1e9);
+  return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6);
+}
 
 }  // namespace
 
@@ -130,7 +135,7 @@ std::string interposer_section(const ProcessReport& r) {
     value_row(out, fmt::format(" Device {}: peak fragmentation", d.device),
               fmt::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
   }
-  value_row(out, " Time inside cachalloc", seconds(r.ns_inside));
+  value_row(out, " Time inside cachalloc", duration(r.ns_inside));
   out += rule('=');
   return out;
 }

@@ -134,6 +134,10 @@ TEST_CASE("interposer section lists every entry point and reason", "[obs][format
   CHECK(has_line("|  Device 0: device allocations avoided                                   3 |"));
   CHECK(has_line("|  Device 0: peak fragmentation                                      87.5 % |"));
   CHECK(has_line("|  Time inside cachalloc                                            1.500 s |"));
+  r.ns_inside = 2'345'000;  // under a second: milliseconds, same column
+  std::string ms_line = "|  Time inside cachalloc                                            1.500 s |";
+  ms_line.replace(ms_line.find(" 1.500 s"), 8, "2.345 ms");
+  CHECK(summary_text(r).find(ms_line) != std::string::npos);
   for (int e = 0; e < static_cast<int>(Entry::count); ++e)
     CHECK(text.find(std::string("    ") + entry_name(static_cast<Entry>(e)) + " ") != std::string::npos);
   // The device table comes first, the interposer section last.
