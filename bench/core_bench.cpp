@@ -15,6 +15,7 @@
 
 #include "caching_allocator.h"
 #include "fake_backend.h"
+#include "process_observer.h"
 
 using namespace cachalloc;
 using Clock = std::chrono::steady_clock;
@@ -26,9 +27,10 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double pair_ns(std::size_t size, int iters) {
+double pair_ns(std::size_t size, int iters, AllocatorObserver* observer = nullptr) {
   testing::FakeBackend backend;
   CachingAllocator alloc(&backend, Config{});
+  alloc.set_observer(observer);
   DevicePtr p = 0;
   alloc.malloc(&p, size, 0);  // warm: the segment is now cached
   alloc.free(p);
@@ -78,5 +80,18 @@ int main(int argc, char** argv) {
   std::vector<double> v;
   for (int r = 0; r < runs; ++r) v.push_back(churn_ns_per_op(1000, 200000, 42 + static_cast<std::uint64_t>(r)));
   std::printf("| churn, 1000 live blocks 512 B-32 MiB, per op | %.1f |\n", median(v));
+
+  // The observability observer: installed with tracing off (the default
+  // under the shim), then with the trace ring on (two events per pair).
+  auto& observer = obs::ProcessObserver::instance();
+  for (const char* trace : {"", "/dev/null"}) {
+    Config cfg;
+    cfg.trace = trace;
+    observer.configure(cfg);
+    std::vector<double> t;
+    for (int r = 0; r < runs; ++r) t.push_back(pair_ns(512, 200000, &observer));
+    std::printf("| malloc+free pair, 512 B, observer installed, trace %s | %.1f |\n", *trace ? "on" : "off",
+                median(t));
+  }
   return 0;
 }
