@@ -285,6 +285,54 @@ else
   cat "$WORK/bench-table.txt" >>"$OUTDIR/bench.txt"
 fi
 
+# --- 7. configurations, observability, core benchmark --------------------------
+banner "7. configurations, observability, core benchmark"
+ex="$BUILD/examples/alloc_patterns_static"
+if (( HAVE_GPU )) && [[ -x "$ex" && -n "$SHIM" ]]; then
+  # Other allocator configurations must keep every pattern's data intact.
+  for conf in expandable_segments:true free_sync:fence free_sync:device \
+              max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.6; do
+    timeout --kill-after=10 "$(budget_for 90)" env LD_PRELOAD="$SHIM" CACHALLOC_CONF="$conf" "$ex" \
+      >"$WORK/conf-$conf.log" 2>&1
+    rc=$?
+    if [[ $rc -eq 0 ]] && grep -qE ': PASS$' "$WORK/conf-$conf.log"; then row "config $conf" PASS "alloc_patterns intact"
+    else row "config $conf" FAIL "exit $rc$(timeout_note $rc): $(grep -m1 -iE 'fail|error' "$WORK/conf-$conf.log" | cut -c1-80)"; fi
+  done
+  # The OOM report: one readable error message (with NVML's per-process lines when present).
+  timeout --kill-after=10 "$(budget_for 60)" env LD_PRELOAD="$SHIM" "$ex" oom >"$WORK/oom.log" 2>&1
+  echo "--- OOM report"; grep -iA12 'out of memory' "$WORK/oom.log" | head -30
+  if grep -q 'out of memory' "$WORK/oom.log" && grep -qE ': PASS$' "$WORK/oom.log"; then
+    row "oom report" PASS "$(grep -c 'process' "$WORK/oom.log") NVML process lines"
+  else row "oom report" FAIL "no report or pattern failed"; fi
+  # Stats JSON, trace and snapshot of a real example and of a PyTorch step; plots of both timelines.
+  timeout --kill-after=10 "$(budget_for 90)" env LD_PRELOAD="$SHIM" \
+    CACHALLOC_CONF="stats:$WORK/ex-stats.json,trace:$OUTDIR/example-trace.json,snapshot:$WORK/ex-snap.json" \
+    "$ex" sizes async threads >"$WORK/obs-example.log" 2>&1
+  rc=$?
+  timeout --kill-after=10 "$(budget_for 120)" env LD_PRELOAD="$SHIM" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    CACHALLOC_CONF="stats:$WORK/torch-stats.json,trace:$WORK/torch-trace.json" \
+    python3 tests/gpu/clients/torch_train_step.py >"$WORK/obs-torch.log" 2>&1
+  rc_t=$?
+  plots=""
+  for name in example torch; do
+    trace="$OUTDIR/example-trace.json"; [[ $name == torch ]] && trace="$WORK/torch-trace.json"
+    if [[ -s $trace ]] && python3 scripts/cachalloc-report plot "$trace" -o "$OUTDIR/$name-timeline.png" >>"$WORK/plots.log" 2>&1; then
+      plots+=" $name-timeline.png"
+    fi
+  done
+  python3 scripts/cachalloc-report summary "$WORK/torch-stats.json" 2>&1 | head -40
+  if [[ $rc -eq 0 && $rc_t -eq 0 && -s "$WORK/ex-stats.json" && -s "$WORK/torch-stats.json" && -s "$WORK/ex-snap.json" ]]; then
+    row "observability dumps" PASS "stats+trace+snapshot written; plots:${plots:- none ($(tail -1 "$WORK/plots.log" 2>/dev/null | cut -c1-60))}"
+  else row "observability dumps" FAIL "example exit $rc, torch exit $rc_t"; fi
+else
+  row "configs/observability" SKIP "no GPU or not built"
+fi
+if [[ -x "$BUILD/bench/core_bench" ]]; then
+  timed core-bench "$(budget_for 60)" "$BUILD/bench/core_bench" 7
+  { echo "core_bench (fake backend, this machine's CPU):"; cat "$WORK/core-bench.log"; } >>"$OUTDIR/bench.txt"
+  row "core bench" PASS "$(grep '512 B' "$WORK/core-bench.log" | awk -F'|' '{print $3}' | tr -d ' ') ns per 512 B pair"
+fi
+
 # --- results ---------------------------------------------------------------------
 tar -czf "$OUTDIR/artefacts.tar.gz" -C "$WORK" . 2>/dev/null
 {
