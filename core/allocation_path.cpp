@@ -87,19 +87,23 @@ Block* CachingAllocator::new_segment(BlockPool& pool, std::size_t size, StreamId
   if (*err != kSuccess) return nullptr;
   ++stats_.num_device_alloc;
 
-  auto* segment = new Segment{ptr, seg_size, stream, pool.small, nullptr};
-  Block* block = make_block();
-  block->ptr = ptr;
-  block->size = seg_size;
-  block->stream = stream;
-  block->segment = segment;
-  segment->head = block;
-  segments_.emplace(ptr, segment);
-
-  stats_.segment.increase(pool.small, 1);
+  Block* block = add_segment(new Segment{ptr, seg_size, stream, pool.small, nullptr});
   stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(seg_size));
   if (seg_size >= config_.max_split_size) stats_.oversize_segments.increase(1);
   notify(TraceKind::segment_map, ptr, seg_size, stream);
+  return block;
+}
+
+// Registers a new segment with one block spanning it; counts the segment.
+Block* CachingAllocator::add_segment(Segment* segment) {
+  Block* block = make_block();
+  block->ptr = segment->base;
+  block->size = segment->size;
+  block->stream = segment->stream;
+  block->segment = segment;
+  segment->head = block;
+  segments_.emplace(segment->base, segment);
+  stats_.segment.increase(segment->small, 1);
   return block;
 }
 

@@ -116,6 +116,7 @@ class CachingAllocator {
   // Search and carve (allocation_path.cpp).
   Block* take_free_block(BlockPool& pool, std::size_t size, StreamId stream);
   Block* new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
+  Block* add_segment(Segment* segment);
   Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
   Block* carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested);
   bool should_split(const Block* block, std::size_t size, const BlockPool& pool) const;

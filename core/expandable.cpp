@@ -33,16 +33,8 @@ Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Stat
   if (*err != kSuccess) return nullptr;
   auto* seg = new Segment{base, size, stream, pool.small, nullptr, true, page, {}};
   seg->handles.assign(size / page, 0);
-  Block* all = make_block();
-  all->ptr = base;
-  all->size = size;
-  all->stream = stream;
-  all->segment = seg;
-  all->mapped = false;
-  seg->head = all;
-  segments_.emplace(base, seg);
+  add_segment(seg)->mapped = false;  // address space only, until pages are mapped
   expandable_.push_back(seg);
-  stats_.segment.increase(pool.small, 1);
   return seg;
 }
 
