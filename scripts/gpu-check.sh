@@ -281,6 +281,26 @@ else
   else
     row "bench" FAIL "no figures (see bench logs)"
   fi
+  # The exported cudaMalloc family vs the driver route alone, for a
+  # shared-cudart program: the same benchmark under a shim built with
+  # -Druntime_hooks=false.
+  prog="$BUILD/examples/gpu_alloc_bench_shared"
+  if [[ -x "$prog" && -n "$SHIM" ]]; then
+    nort="$BUILD-noruntime"
+    if timeout 120 meson setup --reconfigure "$nort" "${setup_args[@]}" -Druntime_hooks=false >/dev/null 2>&1 ||
+       timeout 120 meson setup "$nort" "${setup_args[@]}" -Druntime_hooks=false >/dev/null 2>&1; then
+      timeout 180 ninja -C "$nort" shim/libcachalloc.so >/dev/null 2>&1
+    fi
+    if [[ -f "$nort/shim/libcachalloc.so" ]]; then
+      timed bench-shared-noruntime "$(budget_for 60)" env LD_PRELOAD="$nort/shim/libcachalloc.so" "$prog" shared-cudart-driver-route
+      grep '^BENCH' "$WORK/bench-shared-noruntime.log" | sed 's/shim=yes/shim=driver-route-only/' >>"$WORK/bench.txt"
+      on=$(grep 'variant=shared-cudart shim=yes path=cudaMalloc+cudaFree case=1MiB' "$WORK/bench.txt" | grep -o 'ns=[0-9]*' | head -1)
+      off=$(grep 'shim=driver-route-only path=cudaMalloc+cudaFree case=1MiB' "$WORK/bench.txt" | grep -o 'ns=[0-9]*' | head -1)
+      row "bench runtime exports (shared cudart)" PASS "1 MiB pair: with cudaMalloc exports ${on#ns=} ns, driver route only ${off#ns=} ns"
+    else
+      row "bench runtime exports (shared cudart)" FAIL "shim without runtime hooks not built"
+    fi
+  fi
   grep '^BENCH' "$WORK/bench.txt" >"$OUTDIR/bench.txt"
   cat "$WORK/bench-table.txt" >>"$OUTDIR/bench.txt"
 fi

@@ -42,7 +42,7 @@ ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
 }  // namespace
 
 ContextState::ContextState(CUcontext ctx, CUdevice device, const RealDriver* driver, const Config& cfg)
-    : ctx_(ctx), device_(device), backend_(driver, device) {
+    : ctx_(ctx), device_(device), backend_(driver, device, cfg.expandable_segments_handle_type) {
   std::size_t free_bytes = 0;
   if (driver->cuMemGetInfo_v2(&free_bytes, &device_total_) != CUDA_SUCCESS) device_total_ = 0;
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);

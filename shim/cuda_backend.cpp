@@ -55,11 +55,26 @@ Status CudaBackend::event_synchronize(EventId event) { return status(d_->cuEvent
 Status CudaBackend::event_destroy(EventId event) { return status(d_->cuEventDestroy_v2(as_event(event))); }
 Status CudaBackend::synchronize_device() { return status(d_->cuCtxSynchronize()); }
 
+// expandable_segments_handle_type: `auto` asks for POSIX file descriptors
+// (shareable with other processes, as PyTorch does) and falls back to plain
+// handles where the driver refuses them; `posix_fd`, `fabric` and `none`
+// ask for exactly that.
+CUmemAllocationHandleType CudaBackend::requested_handle_type() const {
+  switch (handle_type_) {
+    case HandleType::none: return CU_MEM_HANDLE_TYPE_NONE;
+    case HandleType::fabric: return CU_MEM_HANDLE_TYPE_FABRIC;
+    case HandleType::posix_fd: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    case HandleType::automatic: break;
+  }
+  return plain_handles_ ? CU_MEM_HANDLE_TYPE_NONE : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
 CUmemAllocationProp CudaBackend::allocation_prop() const {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device_;
+  prop.requestedHandleTypes = requested_handle_type();
   return prop;
 }
 
@@ -87,6 +102,12 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
   CUmemAllocationProp prop = allocation_prop();
   CUmemGenericAllocationHandle h = 0;
   CUresult r = d_->cuMemCreate(&h, size, &prop, 0);
+  if ((r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) && handle_type_ == HandleType::automatic &&
+      !plain_handles_) {
+    plain_handles_ = true;  // this driver or device cannot share: plain handles from now on
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    r = d_->cuMemCreate(&h, size, &prop, 0);
+  }
   if (r == CUDA_SUCCESS) *out = static_cast<MemHandle>(h);
   return status(r);
 }

@@ -7,13 +7,15 @@
 #pragma once
 
 #include "backend.h"
+#include "config.h"
 #include "real_driver.h"
 
 namespace cachalloc::shim {
 
 class CudaBackend final : public DeviceBackend {
  public:
-  CudaBackend(const RealDriver* driver, CUdevice device) : d_(driver), device_(device) {}
+  CudaBackend(const RealDriver* driver, CUdevice device, HandleType handle_type = HandleType::automatic)
+      : d_(driver), device_(device), handle_type_(handle_type) {}
 
   Status segment_alloc(std::size_t size, DevicePtr* out) override;
   Status segment_free(DevicePtr ptr) override;
@@ -36,9 +38,13 @@ class CudaBackend final : public DeviceBackend {
 
  private:
   CUmemAllocationProp allocation_prop() const;
+  CUmemAllocationHandleType requested_handle_type() const;
 
   const RealDriver* d_;
   CUdevice device_;
+  HandleType handle_type_;
+  // Set once cuMemCreate refused the requested shareable handle type.
+  mutable bool plain_handles_ = false;
 };
 
 }  // namespace cachalloc::shim

@@ -13,6 +13,8 @@
  * Every entry point takes one global lock: tests are small, clarity wins. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,6 +469,118 @@ EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   stats.mem_get_info++;
   if (free_bytes) *free_bytes = stats.total_bytes - stats.live_bytes;
   if (total_bytes) *total_bytes = stats.total_bytes;
+  unlock_fake();
+  return CUDA_SUCCESS;
+}
+
+
+/* ---------------- virtual memory (expandable segments) ----------------
+ * Reservations are PROT_NONE anonymous mappings; a physical allocation is a
+ * memfd of its size; mapping puts the memfd at the reserved address, so
+ * copies and memsets through the mapped range really reach memory.  The
+ * created bytes count against the device total like cuMemAlloc's.
+ * FAKE_CUDA_NO_POSIX_FD=1 makes cuMemCreate refuse shareable POSIX fd
+ * handles (CUDA_ERROR_NOT_SUPPORTED), as drivers without them do. */
+
+#define VM_GRANULARITY ((size_t)2 << 20)
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop,
+                                              CUmemAllocationGranularity_flags option) {
+  (void)prop;
+  (void)option;
+  if (g == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *g = VM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t align, CUdeviceptr addr,
+                                    unsigned long long flags) {
+  (void)align;
+  (void)addr;
+  (void)flags;
+  if (ptr == NULL || size == 0 || size % VM_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+  /* Over-reserve by one granule so the range can start granule-aligned. */
+  void* p = mmap(NULL, size + VM_GRANULARITY, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uintptr_t a = ((uintptr_t)p + VM_GRANULARITY - 1) & ~(uintptr_t)(VM_GRANULARITY - 1);
+  lock_fake();
+  stats.vm_reserve++;
+  unlock_fake();
+  *ptr = (CUdeviceptr)a;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  /* The granule of slack before or after stays mapped PROT_NONE: harmless. */
+  if (munmap((void*)(uintptr_t)ptr, size) != 0) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  stats.vm_release_range++;
+  unlock_fake();
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                            unsigned long long flags) {
+  (void)flags;
+  if (handle == NULL || prop == NULL || size == 0 || size % VM_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  init_once();
+  if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) &&
+      env_size("FAKE_CUDA_NO_POSIX_FD", 0)) {
+    stats.vm_create_refused++;
+    unlock_fake();
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (stats.live_bytes + size > stats.total_bytes) {
+    stats.mem_alloc_failed++;
+    unlock_fake();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  stats.live_bytes += size;
+  stats.vm_create++;
+  unlock_fake();
+  int fd = memfd_create("fake-cuda-vm", 0);
+  if (fd < 0 || ftruncate(fd, (off_t)size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  /* The handle carries the fd and the size (sizes are multiples of 2 MiB). */
+  *handle = ((CUmemGenericAllocationHandle)size) | (CUmemGenericAllocationHandle)fd;
+  return CUDA_SUCCESS;
+}
+
+static int handle_fd(CUmemGenericAllocationHandle h) { return (int)(h & (VM_GRANULARITY - 1)); }
+static size_t handle_size(CUmemGenericAllocationHandle h) { return (size_t)(h & ~(CUmemGenericAllocationHandle)(VM_GRANULARITY - 1)); }
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  if (close(handle_fd(h)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  stats.live_bytes -= handle_size(h);
+  stats.vm_release++;
+  unlock_fake();
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                         unsigned long long flags) {
+  (void)flags;
+  if (size != handle_size(h) || offset != 0 || ptr % VM_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap((void*)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, handle_fd(h), 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  stats.vm_map++;
+  unlock_fake();
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (desc == NULL || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  return mprotect((void*)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  /* Back to reserved-but-inaccessible address space. */
+  void* p = mmap((void*)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  stats.vm_unmap++;
   unlock_fake();
   return CUDA_SUCCESS;
 }

@@ -34,6 +34,7 @@ struct fake_cuda_stats_t {
   size_t live_bytes;
   size_t total_bytes;
   unsigned long record_on_dead_stream; /* events recorded on a destroyed stream (a crash on a real GPU) */
+  unsigned long vm_reserve, vm_release_range, vm_create, vm_create_refused, vm_release, vm_map, vm_unmap;
 };
 
 /* Copies the counters. */

@@ -493,6 +493,49 @@ static int fence_during_capture(void) {
   return 0;
 }
 
+/* expandable_segments:true through the real backend's VM calls: pages are
+ * created and mapped on demand (no cuMemAlloc_v2 reaches the driver), data
+ * written through the mapping reads back, and a freed block grows in place. */
+static int expandable(void) {
+  CUdeviceptr p = 0, q = 0;
+  unsigned char buf[4096];
+  CHECK_CU(A->mem_alloc(&p, 30 * MiB));
+  CHECK_CU(A->memset_d8(p, 0x5a, 30 * MiB));
+  CHECK_CU(A->memcpy_dtoh(buf, p + 30 * MiB - sizeof buf, sizeof buf));
+  for (size_t i = 0; i < sizeof buf; ++i) CHECK(buf[i] == 0x5a);
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, 50 * MiB));
+  CHECK(q == p); /* the 40 MiB free block grew by one 20 MiB page */
+  CHECK_CU(A->memset_d8(q + 45 * MiB, 0x33, MiB));
+  CHECK_CU(A->memcpy_dtoh(buf, q + 45 * MiB, sizeof buf));
+  CHECK(buf[0] == 0x33 && buf[sizeof buf - 1] == 0x33);
+  struct fake_cuda_stats_t s = stats();
+  CHECK(s.mem_alloc == 0);
+  CHECK(s.vm_reserve >= 1 && s.vm_create == 3 && s.vm_map == 3);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* auto handle type: a driver that refuses shareable POSIX fd handles gets
+ * plain ones (run with FAKE_CUDA_NO_POSIX_FD=1). */
+static int expandable_plain_handles(void) {
+  CUdeviceptr p = 0;
+  CHECK_CU(A->mem_alloc(&p, 4 * MiB));
+  struct fake_cuda_stats_t s = stats();
+  CHECK(s.vm_create_refused == 1 && s.vm_create == 1);
+  CHECK_CU(A->mem_free(p));
+  return 0;
+}
+
+/* An explicit posix_fd handle type that the driver refuses is the driver's
+ * error, not a silent fallback (run with FAKE_CUDA_NO_POSIX_FD=1). */
+static int expandable_posix_fd_refused(void) {
+  CUdeviceptr p = 0;
+  CHECK(A->mem_alloc(&p, 4 * MiB) == CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(stats().vm_create == 0);
+  return 0;
+}
+
 /* A pointer cachalloc never handed out goes to the driver's free. */
 static int foreign(void) {
   PFN_cuMemAlloc_v3020 raw_alloc = (PFN_cuMemAlloc_v3020)A->fake_raw("cuMemAlloc_v2");
@@ -669,6 +712,9 @@ static const struct behaviour behaviours[] = {
   {"fence", fence},
   {"legacy_only", legacy_only},
   {"fence_legacy_reader", fence_legacy_reader},
+  {"expandable", expandable},
+  {"expandable_plain_handles", expandable_plain_handles},
+  {"expandable_posix_fd_refused", expandable_posix_fd_refused},
   {"fence_blocking_stream", fence_blocking_stream},
   {"nonblocking_stream_device_sync", nonblocking_stream_device_sync},
   {"stream_destroyed_unseen", stream_destroyed_unseen},
