@@ -350,7 +350,7 @@ fi
 if [[ -x "$BUILD/bench/core_bench" ]]; then
   timed core-bench "$(budget_for 60)" "$BUILD/bench/core_bench" 7
   { echo "core_bench (fake backend, this machine's CPU):"; cat "$WORK/core-bench.log"; } >>"$OUTDIR/bench.txt"
-  row "core bench" PASS "$(grep '512 B' "$WORK/core-bench.log" | awk -F'|' '{print $3}' | tr -d ' ') ns per 512 B pair"
+  row "core bench" PASS "$(grep -m1 '512 B |' "$WORK/core-bench.log" | awk -F'|' '{print $3}' | tr -d ' ') ns per 512 B pair"
 fi
 
 # --- results ---------------------------------------------------------------------
