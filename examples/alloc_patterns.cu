@@ -194,6 +194,27 @@ void pattern_fence() {
          "mean cudaFree %.2f ms", cases, reused, free_ms / cases);
 }
 
+// --- the same with blocking streams only: cachalloc's default then fences
+// each free with one event on the legacy stream instead of synchronizing,
+// so cudaFree returns at once and the freed block waits for the reader ---
+void pattern_fence_blocking() {
+  const int before = g_failures.load();
+  cudaStream_t a = nullptr, b = nullptr;
+  CK(cudaStreamCreate(&a));
+  CK(cudaStreamCreate(&b));
+  MismatchTally tally;
+  int reused = 0, cases = 0;
+  double free_ms = 0;
+  const std::size_t sizes[] = {4 * KiB, MiB, 20 * MiB};
+  for (std::size_t bytes : sizes)
+    for (int rep = 0; rep < 2; ++rep, ++cases) fence_once(a, b, bytes, rep, tally, &reused, &free_ms);
+  CK(cudaDeviceSynchronize());
+  CK(cudaStreamDestroy(a));
+  CK(cudaStreamDestroy(b));
+  report("fence_blocking", before, "%d frees during a 100 ms kernel on a blocking stream; address reused at "
+         "once %d times; mean cudaFree %.2f ms", cases, reused, free_ms / cases);
+}
+
 // --- cudaMallocAsync / cudaFreeAsync on several streams ---
 void pattern_async() {
   const int before = g_failures.load();
@@ -410,7 +431,7 @@ struct Pattern {
 };
 const Pattern kPatterns[] = {{"sizes", pattern_sizes},     {"fence", pattern_fence},
                              {"async", pattern_async},     {"graph", pattern_graph},
-                             {"threads", pattern_threads}, {"meminfo", pattern_meminfo},
+                             {"threads", pattern_threads}, {"meminfo", pattern_meminfo}, {"fence_blocking", pattern_fence_blocking},
                              {"oom", pattern_oom}};
 
 bool selected(const char* name, int argc, char** argv) {

@@ -227,7 +227,7 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
   # row can name every failing one (a crash would hide those after it).
   if [[ $ex == alloc_patterns_* && $rc -ne 0 && $rc -ne 77 ]]; then
     failing=""
-    for pat in sizes fence async graph threads meminfo oom; do
+    for pat in sizes fence async graph threads meminfo fence_blocking oom; do
       timeout --kill-after=5 "$(budget_for 60)" env LD_PRELOAD="$SHIM" "$prog" "$pat" >"$WORK/$ex-$pat.log" 2>&1
       prc=$?
       [[ $prc -ne 0 ]] && failing+=" $pat(exit $prc)"
