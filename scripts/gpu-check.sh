@@ -220,9 +220,10 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
   echo "--- stats table (tail of stderr)"
   tail -n 30 "$WORK/$ex-shim.err"
   fig="shim ${ms_shim} ms, bare ${ms_bare} ms"
-  free_shim=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-shim.out" | grep -o '[0-9.]*')
-  free_bare=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-noshim.log" | grep -o '[0-9.]*')
-  [[ -n "$free_shim" ]] && fig+="; cudaFree during a busy kernel: ${free_shim} ms (bare ${free_bare:-?} ms)"
+  # One figure per fence pattern (fence, fence_blocking), joined by '/'.
+  free_shim=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-shim.out" | grep -o '[0-9.]*' | paste -sd/)
+  free_bare=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-noshim.log" | grep -o '[0-9.]*' | paste -sd/)
+  [[ -n "$free_shim" ]] && fig+="; cudaFree during a busy kernel (fence/fence_blocking): ${free_shim} ms (bare ${free_bare:-?} ms)"
   # When alloc_patterns fails under the shim, each pattern runs alone so the
   # row can name every failing one (a crash would hide those after it).
   if [[ $ex == alloc_patterns_* && $rc -ne 0 && $rc -ne 77 ]]; then
