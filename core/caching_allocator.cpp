@@ -83,12 +83,6 @@ bool CachingAllocator::is_live(DevicePtr ptr) const {
   return find_live(ptr) != nullptr;
 }
 
-StreamId CachingAllocator::stream_of(DevicePtr ptr) const {
-  std::lock_guard lock(mutex_);
-  const Block* block = find_live(ptr);
-  return block != nullptr ? block->stream : 0;
-}
-
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   synchronize_events();

@@ -74,8 +74,6 @@ class CachingAllocator {
   bool owns(DevicePtr ptr) const;
   // Whether `ptr` is the start of a live block of this allocator.
   bool is_live(DevicePtr ptr) const;
-  // The stream a live block was allocated on (0 if `ptr` is not live).
-  StreamId stream_of(DevicePtr ptr) const;
 
   // Completes pending events by waiting, then returns every whole free
   // segment to the device.

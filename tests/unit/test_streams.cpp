@@ -100,13 +100,15 @@ TEST_CASE("a failed event record falls back to synchronizing the device") {
   f.free(keep);
 }
 
-TEST_CASE("stream_of and is_live describe live blocks only") {
+TEST_CASE("is_live describes live blocks only; owns covers whole segments") {
   AllocFixture f;
   const DevicePtr a = f.malloc(100, kS2);
   CHECK(f.alloc->is_live(a));
-  CHECK(f.alloc->stream_of(a) == kS2);
+  CHECK_FALSE(f.alloc->is_live(a + 512));
+  CHECK(f.alloc->owns(a + 512));
   f.free(a);
   CHECK_FALSE(f.alloc->is_live(a));
+  CHECK(f.alloc->owns(a));
   CHECK(f.alloc->record_stream(a, kS1) == kInvalidValue);
   CHECK(f.alloc->record_stream(0x10, kS1) == kNotOwned);
 }
