@@ -124,7 +124,8 @@ class CachingAllocator {
   void return_to_pool(Block* block);
   std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
   void park_until(Block* block, std::span<const StreamId> streams);
-  bool in_pool(const Block* block) const;
+  bool record_pending_event(Block* block, StreamId stream);
+  void reactivate(Block* block);
   void process_events();
   void synchronize_events();
 

@@ -44,28 +44,32 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
 
 void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {
   for (StreamId s : streams) {
-    Status err = kSuccess;
-    EventId event = acquire_event(&err);
-    if (err == kSuccess) err = backend_->event_record(event, s);
-    if (err != kSuccess) {
-      // Without an event we cannot tell when `s` is done with the block:
-      // wait for the whole device instead, which covers every stream.
-      if (event != 0) recycle_event(event);
-      backend_->synchronize_device();
-      synchronize_events();  // may complete this block's earlier events
-      ++stats_.num_sync_all_streams;
-      if (!block->allocated && block->pending_events == 0 && !in_pool(block)) deactivate(block);
-      return;
-    }
-    ++block->pending_events;
-    pending_[s].push_back({event, block});
+    if (record_pending_event(block, s)) continue;
+    // Without an event we cannot tell when `s` is done with the block:
+    // wait for the whole device instead, which covers every stream.
+    const bool had_events = block->pending_events > 0;
+    backend_->synchronize_device();
+    synchronize_events();  // completes (and so deactivates) the block if it had events
+    ++stats_.num_sync_all_streams;
+    if (!had_events) deactivate(block);
+    return;
   }
   if (block->pending_events == 0) deactivate(block);
 }
 
-bool CachingAllocator::in_pool(const Block* block) const {
-  const BlockPool& pool = block->segment->small ? small_pool_ : large_pool_;
-  return pool.blocks.count(const_cast<Block*>(block)) != 0;
+// Records an event on `stream` that `block` waits for; false (and nothing
+// changed) when no event could be had or recorded.
+bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
+  Status err = kSuccess;
+  const EventId event = acquire_event(&err);
+  if (err == kSuccess) err = backend_->event_record(event, stream);
+  if (err != kSuccess) {
+    if (event != 0) recycle_event(event);
+    return false;
+  }
+  ++block->pending_events;
+  pending_[stream].push_back({event, block});
+  return true;
 }
 
 Status CachingAllocator::retire_stream(StreamId stream) {
@@ -77,31 +81,30 @@ Status CachingAllocator::retire_stream(StreamId stream) {
     for (auto it = pool->blocks.lower_bound(&key); it != pool->blocks.end() && (*it)->stream == stream; ++it)
       cached.push_back(*it);
     for (Block* b : cached) {
-      Status err = kSuccess;
-      const EventId event = acquire_event(&err);
-      if (err == kSuccess) err = backend_->event_record(event, stream);
-      if (err != kSuccess) {
+      if (!record_pending_event(b, stream)) {
         // No event: wait for the device instead; what is still cached is
         // then safe to reuse on any stream.
-        if (event != 0) recycle_event(event);
         backend_->synchronize_device();
         ++stats_.num_sync_all_streams;
         return kSuccess;
       }
-      // Free -> pending, exactly as a block freed with an event outstanding:
-      // out of the pool, counted active until the event completes.
-      pool->blocks.erase(b);
-      if (b->is_split()) {
-        stats_.inactive_split.decrease(pool->small, 1);
-        stats_.inactive_split_bytes.decrease(pool->small, static_cast<std::int64_t>(b->size));
-      }
-      stats_.active.increase(pool->small, 1);
-      stats_.active_bytes.increase(pool->small, static_cast<std::int64_t>(b->size));
-      ++b->pending_events;
-      pending_[stream].push_back({event, b});
+      reactivate(b);
     }
   }
   return kSuccess;
+}
+
+// Free -> pending (the inverse of deactivate): out of the pool, counted
+// active until its events complete, as a block freed with events outstanding.
+void CachingAllocator::reactivate(Block* block) {
+  BlockPool& pool = pool_for(block->segment->small);
+  pool.blocks.erase(block);
+  if (block->is_split()) {
+    stats_.inactive_split.decrease(pool.small, 1);
+    stats_.inactive_split_bytes.decrease(pool.small, static_cast<std::int64_t>(block->size));
+  }
+  stats_.active.increase(pool.small, 1);
+  stats_.active_bytes.increase(pool.small, static_cast<std::int64_t>(block->size));
 }
 
 // Active -> free: the block leaves the active count and joins its pool.

@@ -3,8 +3,8 @@
 // Memory of one context is not usable in another, so each context gets its
 // own allocator and backend, created the first time an allocation is made
 // with it current.  Per context the registry also keeps what the free
-// policy needs: the live streams the program created or used, and whether
-// per-thread default streams were used, and from how many threads.
+// policy needs: whether any stream but the legacy one was seen, the live
+// non-blocking streams, and frees deferred by a graph capture.
 // Contexts are never destroyed here: allocators live until the process
 // ends, so no driver call happens from a static destructor.
 #pragma once

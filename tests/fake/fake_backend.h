@@ -22,8 +22,11 @@ class FakeBackend final : public DeviceBackend {
 
   // ---- knobs for tests ----
   void fail_next_allocs(int n) { fail_next_ = n; }
-  // Makes the next N event_record calls fail (driver error 999).
-  void fail_next_records(int n) { fail_records_ = n; }
+  // Makes N event_record calls fail (driver error 999), after `after` more succeed.
+  void fail_next_records(int n, int after = 0) {
+    fail_records_ = n;
+    records_before_failing_ = after;
+  }
   // Events complete only when the test says so, unless auto-complete is on.
   void set_auto_complete(bool on) { auto_complete_ = on; }
   void complete_all_events() {
@@ -86,7 +89,7 @@ class FakeBackend final : public DeviceBackend {
   }
   Status event_record(EventId e, StreamId stream) override {
     ++event_records;
-    if (fail_records_ > 0) {
+    if (fail_records_ > 0 && records_before_failing_-- <= 0) {
       --fail_records_;
       return 999;
     }
@@ -194,6 +197,7 @@ class FakeBackend final : public DeviceBackend {
   std::size_t foreign_ = 0;
   int fail_next_ = 0;
   int fail_records_ = 0;
+  int records_before_failing_ = 0;
   bool auto_complete_ = false;
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;

@@ -146,3 +146,18 @@ TEST_CASE("retire_stream: without an event the device is synchronized instead") 
   CHECK(f.alloc->owns(a));
   CHECK_FALSE(f.alloc->owns(0x10));
 }
+
+TEST_CASE("a failed second event record synchronizes and frees the block exactly once") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(4096, kS1);
+  const DevicePtr keep = f.malloc(4096, kS1);
+  const StreamId fence[] = {kS2, 0x3003};
+  f.backend.fail_next_records(1, /*after=*/1);  // the first record works, the second fails
+  REQUIRE(f.alloc->free_fenced(a, fence) == kSuccess);
+  f.alloc->validate();
+  CHECK(f.backend.event_records == 2);
+  CHECK(f.backend.device_syncs == 1);
+  CHECK(f.stats().active[StatType::aggregate].current == 1);  // only keep: a is free again
+  CHECK(f.malloc(4096, kS1) == a);
+  f.free(keep);
+}
