@@ -146,6 +146,7 @@ Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, 
 
   block->allocated = true;
   block->requested = requested;
+  block->id = ++next_id_;
   live_.emplace(block->ptr, block);
   const auto bytes = static_cast<std::int64_t>(block->size);
   stats_.allocation.increase(small, 1);

@@ -41,6 +41,9 @@ class DeviceBackend {
   virtual Status vm_release(MemHandle handle) = 0;
   virtual Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) = 0;
   virtual Status vm_unmap(DevicePtr at, std::size_t size) = 0;
+  // Grants (enable) or revokes read/write access of another device to a
+  // mapped range (peer access for expandable segments).
+  virtual Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) = 0;
 };
 
 }  // namespace cachalloc

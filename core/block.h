@@ -5,8 +5,13 @@
 //    it exactly: head->ptr == base, b->next->ptr == b->ptr + b->size, the
 //    last block ends at base+size, and prev/next link both ways.
 //  * A block is in exactly one state: allocated (in the live-block map),
-//    pending (freed, waiting for pending_events events), or free (in its
-//    segment's pool, keyed by (stream, size, ptr)).
+//    pending (freed, waiting for pending_events events), retained (freed
+//    after an IPC export: never reused while its segment lives, because an
+//    importer may still map it; in no pool), or free (in its segment's pool,
+//    keyed by (stream, size, ptr)).
+//  * A segment holding a retained block also holds an allocated or pending
+//    block: once neither is left the whole segment goes back to the driver,
+//    which keeps exported memory alive for its importers.
 //  * No two neighbouring blocks are both free: free() merges them.
 //  * Every block of a segment carries the segment's stream and pool; a block
 //    is only reused on that stream (cross-stream reuse goes through events).
@@ -39,11 +44,14 @@ struct Block {
   bool allocated = false;
   bool mapped = true;          // false only for unmapped ranges of expandable segments
   int pending_events = 0;      // events to complete before the block is free
+  bool exported = false;       // an IPC handle describes it (while allocated)
+  bool retained = false;       // freed after an export: kept out of reuse
+  std::uint64_t id = 0;        // allocation serial (while allocated), unique per allocator
   std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
-  bool is_free() const { return mapped && !allocated && pending_events == 0; }
+  bool is_free() const { return mapped && !allocated && pending_events == 0 && !retained; }
 };
 
 struct Segment {
@@ -57,6 +65,7 @@ struct Segment {
   bool expandable = false;
   std::size_t page = 0;
   std::vector<MemHandle> handles;
+  int retained = 0;            // retained blocks (see above)
 };
 
 // Best fit within a stream: order by stream, then size, then address, so that
@@ -73,7 +82,7 @@ struct BlockPool {
   BlockPool(bool is_small, std::pmr::memory_resource* nodes) : blocks(nodes), small(is_small) {}
   std::pmr::set<Block*, BlockBySize> blocks;  // nodes from the allocator's pool: no malloc per split
   const bool small;
-  std::uint64_t lookups = 0;  // get_free_block calls: the clock garbage collection ages blocks by
+  std::uint64_t lookups = 0;  // take_free_block calls: the clock garbage collection ages blocks by
 };
 
 }  // namespace cachalloc

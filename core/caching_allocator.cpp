@@ -137,7 +137,7 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
       const BlockState state = !b->mapped          ? BlockState::unmapped
                                : b->allocated      ? BlockState::allocated
-                               : b->pending_events ? BlockState::pending_free
+                               : b->pending_events || b->retained ? BlockState::pending_free
                                                    : BlockState::inactive;
       info.blocks.push_back({b->ptr, b->size, b->allocated ? b->requested : 0, state, b->stream});
     }

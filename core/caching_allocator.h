@@ -38,6 +38,24 @@ struct InvariantError : std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// What the allocator knows about one address: the answer to the driver
+// calls that reveal an allocation (address ranges, pointer attributes, IPC),
+// which must describe the program's block, not the segment around it.
+struct AddressInfo {
+  // ptr lies in [block, block + requested) of an allocated block: the range
+  // the driver would report for a cuMemAlloc of `requested` bytes.  Past the
+  // requested size, and in cached or pending memory, the driver would say
+  // "not allocated".
+  bool live = false;
+  DevicePtr block = 0;
+  std::size_t requested = 0;
+  std::uint64_t id = 0;      // the allocation's serial (unique per allocator)
+  bool exported = false;
+  DevicePtr segment = 0;     // the segment (driver allocation or reservation) holding ptr
+  std::size_t segment_size = 0;
+  bool expandable = false;
+};
+
 class CachingAllocator {
  public:
   // `backend` must outlive the allocator.  `device` is only a label for
@@ -72,6 +90,18 @@ class CachingAllocator {
 
   // Whether `ptr` lies inside a segment of this allocator (live or not).
   bool owns(DevicePtr ptr) const;
+  // Describes `ptr`: kNotOwned when it lies outside every segment.
+  Status query(DevicePtr ptr, AddressInfo* out) const;
+  // Marks allocation `id` at `block` as exported through IPC: after its
+  // free it is retained (never reused) until its whole segment can go back
+  // to the driver.  kInvalidValue when that allocation is no longer live.
+  Status mark_exported(DevicePtr block, std::uint64_t id);
+
+  // Grants (or revokes) device `peer` access to every page mapped in an
+  // expandable segment, now and whenever pages are mapped later: driver
+  // peer access does not cover cuMemMap'ed memory.  Returns the first
+  // backend error (the peer list is updated regardless).
+  Status set_peer_access(int peer, bool enable);
   // Whether `ptr` is the start of a live block of this allocator.
   bool is_live(DevicePtr ptr) const;
 
@@ -131,6 +161,9 @@ class CachingAllocator {
 
   // Giving memory back (release_path.cpp).
   void release_segment(Block* block);
+  void free_segment(Segment* seg);
+  void release_if_idle(Segment* seg);
+  void retain(Block* block);
   bool release_one_cached(std::size_t size);
   void release_all_cached();
   void collect_garbage();
@@ -141,6 +174,8 @@ class CachingAllocator {
   Segment* expandable_for(BlockPool& pool, StreamId stream, Status* err);
   Block* grow_expandable(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Status map_pages(Segment* seg, DevicePtr at, std::size_t bytes);
+  Status grant_peers(DevicePtr at, std::size_t bytes);
+  Status set_access_of_mapped(int peer, bool enable);
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);
   std::size_t unmap_free_block(Block* b);
@@ -180,6 +215,8 @@ class CachingAllocator {
   std::vector<EventId> spare_events_;
   DeviceStats stats_;
   AllocatorObserver* observer_ = nullptr;
+  std::uint64_t next_id_ = 0;   // allocation serials (Block::id)
+  std::vector<int> peers_;      // devices granted access to expandable pages
   bool accumulated_reset_ = false;  // validate() can check allocated - freed == current until then
 };
 

@@ -9,6 +9,8 @@
 //
 // Pages are 2 MiB in the small pool and 20 MiB in the large pool.  Reserved
 // bytes count mapped pages; the segment statistic counts reservations.
+#include <algorithm>
+
 #include "caching_allocator.h"
 #include "size_policy.h"
 
@@ -45,6 +47,10 @@ Status CachingAllocator::map_pages(Segment* seg, DevicePtr at, std::size_t bytes
     Status st = backend_->vm_create(seg->page, &h);
     if (st == kSuccess) {
       st = backend_->vm_map(at + off, seg->page, h);
+      if (st == kSuccess) {
+        st = grant_peers(at + off, seg->page);
+        if (st != kSuccess) backend_->vm_unmap(at + off, seg->page);
+      }
       if (st != kSuccess) backend_->vm_release(h);
     }
     if (st != kSuccess) {
@@ -55,6 +61,44 @@ Status CachingAllocator::map_pages(Segment* seg, DevicePtr at, std::size_t bytes
     ++stats_.num_device_alloc;
   }
   return kSuccess;
+}
+
+// Devices with peer access to this context get access to new pages too.
+Status CachingAllocator::grant_peers(DevicePtr at, std::size_t bytes) {
+  for (int peer : peers_) {
+    const Status st = backend_->vm_set_access(at, bytes, peer, true);
+    if (st != kSuccess) return st;
+  }
+  return kSuccess;
+}
+
+Status CachingAllocator::set_peer_access(int peer, bool enable) {
+  std::lock_guard lock(mutex_);
+  const bool listed = std::find(peers_.begin(), peers_.end(), peer) != peers_.end();
+  if (enable && !listed) peers_.push_back(peer);
+  if (!enable) std::erase(peers_, peer);
+  return set_access_of_mapped(peer, enable);
+}
+
+// Applies `peer`'s access to every run of mapped pages.
+Status CachingAllocator::set_access_of_mapped(int peer, bool enable) {
+  Status first_error = kSuccess;
+  for (const Segment* seg : expandable_) {
+    std::size_t i = 0;
+    const std::size_t n = seg->handles.size();
+    while (i < n) {
+      if (seg->handles[i] == 0) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < n && seg->handles[j] != 0) ++j;
+      const Status st = backend_->vm_set_access(seg->base + i * seg->page, (j - i) * seg->page, peer, enable);
+      if (st != kSuccess && first_error == kSuccess) first_error = st;
+      i = j;
+    }
+  }
+  return first_error;
 }
 
 void CachingAllocator::unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes) {

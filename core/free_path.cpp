@@ -26,6 +26,10 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
   stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   notify(TraceKind::free, block->ptr, block->size, block->stream);
+  if (block->exported) [[unlikely]] {
+    retain(block);
+    return kSuccess;
+  }
 
   // Streams whose pending work must finish before reuse: recorded uses plus
   // the caller's fence, minus the block's own stream (ordered already).
@@ -137,6 +141,9 @@ void CachingAllocator::return_to_pool(Block* block) {
   if (inactive_bytes_delta < 0) stats_.inactive_split_bytes.decrease(small, -inactive_bytes_delta);
   block->gc_stamp = pool.lookups;
   pool.blocks.insert(block);
+  // The last busy block of a segment that holds retained (exported) memory:
+  // the whole segment goes back to the driver now.
+  if (block->segment->retained != 0) [[unlikely]] release_if_idle(block->segment);
 }
 
 // Absorbs a free neighbour `src` into `dst`; returns the bytes absorbed.

@@ -1,6 +1,8 @@
 // release_path.cpp — giving memory back to the device.
 //
-// Only a whole free segment (one unsplit block) can go back.  Three callers:
+// Only a whole free segment (one unsplit block) can go back, or one whose
+// blocks are free or retained after an IPC export (release_if_idle).  Three
+// callers of the first kind:
 // the out-of-memory path (one segment big enough, then everything),
 // empty_cache(), and garbage collection, which returns the segments idle
 // longest once reserved memory passes garbage_collection_threshold.
@@ -11,9 +13,14 @@
 namespace cachalloc {
 
 void CachingAllocator::release_segment(Block* block) {
-  Segment* seg = block->segment;
+  pool_for(block->segment->small).blocks.erase(block);
+  free_segment(block->segment);
+}
+
+// Gives a segment whose blocks are all out of use back to the device and
+// forgets it.  The caller has taken its blocks out of the pools.
+void CachingAllocator::free_segment(Segment* seg) {
   const bool small = seg->small;
-  pool_for(small).blocks.erase(block);
   const Status st = backend_->segment_free(seg->base);
   (void)st;  // the memory is unusable either way; the driver reports its own errors
   ++stats_.num_device_free;
@@ -22,8 +29,46 @@ void CachingAllocator::release_segment(Block* block) {
   if (seg->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
   notify(TraceKind::segment_unmap, seg->base, seg->size, seg->stream);
   segments_.erase(seg->base);
-  drop_block(block);
+  for (Block* b = seg->head; b != nullptr;) {
+    Block* next = b->next;
+    drop_block(b);
+    b = next;
+  }
   delete seg;
+}
+
+// A freed block that an IPC handle describes: an importer may still map it,
+// so it is never reused; it stays active (like a pending free) until its
+// whole segment goes back to the driver, which keeps exported memory alive
+// for importers after cuMemFree.
+void CachingAllocator::retain(Block* block) {
+  block->exported = false;
+  block->retained = true;
+  block->stream_uses.clear();
+  ++block->segment->retained;
+  release_if_idle(block->segment);
+}
+
+// Releases `seg` when nothing in it is allocated or waiting on events: what
+// is left is free or retained memory.
+void CachingAllocator::release_if_idle(Segment* seg) {
+  for (const Block* b = seg->head; b != nullptr; b = b->next)
+    if (b->allocated || b->pending_events != 0) return;
+  const bool small = seg->small;
+  for (Block* b = seg->head; b != nullptr; b = b->next) {
+    const auto bytes = static_cast<std::int64_t>(b->size);
+    if (b->retained) {
+      stats_.active.decrease(small, 1);
+      stats_.active_bytes.decrease(small, bytes);
+    } else {
+      pool_for(small).blocks.erase(b);
+      if (b->is_split()) {
+        stats_.inactive_split.decrease(small, 1);
+        stats_.inactive_split_bytes.decrease(small, bytes);
+      }
+    }
+  }
+  free_segment(seg);
 }
 
 // Releases the smallest whole free segment of at least `size` bytes, from

@@ -57,6 +57,8 @@ void CachingAllocator::validate() const {
     if (!seg->expandable && seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
     DevicePtr expect = seg->base;
     const bool split = seg->head->next != nullptr;
+    int retained = 0;
+    bool busy = false;  // an allocated or pending block
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
       check(b->segment == seg, "block points at another segment", b->ptr);
       check(b->ptr == expect, "blocks do not tile the segment (gap or overlap)", b->ptr);
@@ -80,6 +82,13 @@ void CachingAllocator::validate() const {
         for (std::size_t i = first; i <= last; ++i)
           check((seg->handles[i] != 0) == b->mapped, "page mapping disagrees with block state", b->ptr);
       }
+      if (b->retained) {
+        ++retained;
+        check(!b->allocated && b->pending_events == 0 && !seg->expandable, "retained block in use or expandable",
+              b->ptr);
+      }
+      check(!b->exported || b->allocated, "exported flag on a block not allocated", b->ptr);
+      busy = busy || b->allocated || b->pending_events != 0;
       const bool in_live = live_.count(b->ptr) != 0 && live_.at(b->ptr) == b;
       check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
       const BlockPool& pool = small ? small_pool_ : large_pool_;
@@ -109,6 +118,8 @@ void CachingAllocator::validate() const {
       expect = b->ptr + b->size;
     }
     check(expect == seg->base + seg->size, "blocks do not reach the segment end", base);
+    check(retained == seg->retained, "segment's retained count disagrees with its blocks", base);
+    check(retained == 0 || busy, "segment of only free and retained blocks was not released", base);
   }
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);

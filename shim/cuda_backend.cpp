@@ -10,24 +10,31 @@ namespace cachalloc::shim {
 namespace {
 
 Status status(CUresult r) { return static_cast<Status>(r); }
+constexpr Status kContextDestroyed = CUDA_ERROR_CONTEXT_IS_DESTROYED;
 CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
 
 }  // namespace
 
 Status CudaBackend::segment_alloc(std::size_t size, DevicePtr* out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   CUdeviceptr p = 0;
   CUresult r = d_->cuMemAlloc_v2(&p, size);
   if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
   return status(r);
 }
 
-Status CudaBackend::segment_free(DevicePtr ptr) { return status(d_->cuMemFree_v2(static_cast<CUdeviceptr>(ptr))); }
+Status CudaBackend::segment_free(DevicePtr ptr) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  return status(d_->cuMemFree_v2(static_cast<CUdeviceptr>(ptr)));
+}
 
 Status CudaBackend::mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   return status(d_->cuMemGetInfo_v2(free_bytes, total_bytes));
 }
 
 Status CudaBackend::event_create(EventId* out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   CUevent e = nullptr;
   CUresult r = d_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) *out = reinterpret_cast<EventId>(e);
@@ -37,6 +44,7 @@ Status CudaBackend::event_create(EventId* out) {
 // Another thread's per-thread stream cannot be named from here: the core
 // then falls back to synchronize_device().
 Status CudaBackend::event_record(EventId event, StreamId stream) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   CUstream s = nullptr;
   if (!to_cu_stream(stream, &s)) return kInvalidValue;
   if (obs::logger().should_log(spdlog::level::trace))
@@ -48,12 +56,25 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
 // cuEventQuery is an unsafe call during a global/thread-local capture (it
 // would invalidate the capture): report "not ready" and let the block wait.
 Status CudaBackend::event_query(EventId event) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   return status(d_->cuEventQuery(as_event(event)));
 }
-Status CudaBackend::event_synchronize(EventId event) { return status(d_->cuEventSynchronize(as_event(event))); }
-Status CudaBackend::event_destroy(EventId event) { return status(d_->cuEventDestroy_v2(as_event(event))); }
-Status CudaBackend::synchronize_device() { return status(d_->cuCtxSynchronize()); }
+
+Status CudaBackend::event_synchronize(EventId event) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  return status(d_->cuEventSynchronize(as_event(event)));
+}
+
+Status CudaBackend::event_destroy(EventId event) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  return status(d_->cuEventDestroy_v2(as_event(event)));
+}
+
+Status CudaBackend::synchronize_device() {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  return status(d_->cuCtxSynchronize());
+}
 
 // expandable_segments_handle_type: `auto` asks for POSIX file descriptors
 // (shareable with other processes, as PyTorch does) and falls back to plain
@@ -79,12 +100,14 @@ CUmemAllocationProp CudaBackend::allocation_prop() const {
 }
 
 Status CudaBackend::vm_granularity(std::size_t* out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemGetAllocationGranularity == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
   return status(d_->cuMemGetAllocationGranularity(out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 }
 
 Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressReserve == nullptr) return kNotSupported;
   CUdeviceptr p = 0;
   CUresult r = d_->cuMemAddressReserve(&p, size, 0, 0, 0);
@@ -93,11 +116,13 @@ Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
 }
 
 Status CudaBackend::vm_release_range(DevicePtr base, std::size_t size) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressFree == nullptr) return kNotSupported;
   return status(d_->cuMemAddressFree(static_cast<CUdeviceptr>(base), size));
 }
 
 Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemCreate == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
   CUmemGenericAllocationHandle h = 0;
@@ -113,12 +138,14 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
 }
 
 Status CudaBackend::vm_release(MemHandle handle) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemRelease == nullptr) return kNotSupported;
   return status(d_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)));
 }
 
 // Mapping also grants this device read/write access, as the core expects.
 Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemMap == nullptr || d_->cuMemSetAccess == nullptr) return kNotSupported;
   CUresult r = d_->cuMemMap(static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
   if (r != CUDA_SUCCESS) return status(r);
@@ -131,7 +158,20 @@ Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
   return status(r);
 }
 
+// Peer access: driver peer access does not cover cuMemMap'ed memory, so
+// every peer device gets (or loses) access to the pages themselves.
+Status CudaBackend::vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuMemSetAccess == nullptr) return kNotSupported;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return status(d_->cuMemSetAccess(static_cast<CUdeviceptr>(at), size, &access, 1));
+}
+
 Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemUnmap == nullptr) return kNotSupported;
   return status(d_->cuMemUnmap(static_cast<CUdeviceptr>(at), size));
 }

@@ -1,10 +1,14 @@
 // cuda_backend.h — the core's DeviceBackend on the real driver, one per context.
 //
+// After detach() (the context was destroyed) no method reaches the driver:
+// each returns CUDA_ERROR_CONTEXT_IS_DESTROYED.
 // Segments are cuMemAlloc_v2/cuMemFree_v2 of the REAL driver (never the
 // shim's own exports); events are created with CU_EVENT_DISABLE_TIMING (the
 // core pools them); the VM primitives serve expandable segments.  Calls are
 // made with the owning context current (the shim guarantees it).
 #pragma once
+
+#include <atomic>
 
 #include "backend.h"
 #include "config.h"
@@ -35,16 +39,24 @@ class CudaBackend final : public DeviceBackend {
   Status vm_release(MemHandle handle) override;
   Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) override;
   Status vm_unmap(DevicePtr at, std::size_t size) override;
+  Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) override;
+
+  // The context died (cuCtxDestroy, primary reset or last release): its
+  // memory, events and streams went with it, so from now on every call
+  // fails at once without reaching the driver.
+  void detach() { detached_.store(true, std::memory_order_release); }
 
  private:
   CUmemAllocationProp allocation_prop() const;
   CUmemAllocationHandleType requested_handle_type() const;
+  bool detached() const { return detached_.load(std::memory_order_acquire); }
 
   const RealDriver* d_;
   CUdevice device_;
   HandleType handle_type_;
   // Set once cuMemCreate refused the requested shareable handle type.
   mutable bool plain_handles_ = false;
+  std::atomic<bool> detached_{false};
 };
 
 }  // namespace cachalloc::shim

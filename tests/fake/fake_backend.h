@@ -173,10 +173,31 @@ class FakeBackend final : public DeviceBackend {
     if (!mappings_.emplace(at, h).second) throw std::logic_error("FakeBackend: vm_map over a mapping");
     return kSuccess;
   }
-  Status vm_unmap(DevicePtr at, std::size_t) override {
+  Status vm_unmap(DevicePtr at, std::size_t size) override {
     if (mappings_.erase(at) == 0) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
+    for (auto& [device, pages] : peer_access_)
+      for (DevicePtr p = at; p < at + size; p += 2 * MiB) pages.erase(p);
     return kSuccess;
   }
+  // Peer access is recorded per 2 MiB granule; a range must be mapped.
+  Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) override {
+    if (fail_next_access_ > 0) {
+      --fail_next_access_;
+      return kInvalidValue;
+    }
+    for (DevicePtr p = at; p < at + size; p += 2 * MiB) {
+      if (mappings_.upper_bound(p) == mappings_.begin()) throw std::logic_error("FakeBackend: access to unmapped memory");
+      if (enable) peer_access_[device].insert(p);
+      else peer_access_[device].erase(p);
+    }
+    return kSuccess;
+  }
+  // Whether `device` was granted access to the granule holding `p`.
+  bool peer_can_access(int device, DevicePtr p) const {
+    auto it = peer_access_.find(device);
+    return it != peer_access_.end() && it->second.count(p - p % (2 * MiB)) != 0;
+  }
+  void fail_next_access(int n) { fail_next_access_ = n; }
   std::size_t live_mappings() const { return mappings_.size(); }
   std::size_t live_reservations() const { return reservations_.size(); }
 
@@ -207,6 +228,8 @@ class FakeBackend final : public DeviceBackend {
   std::map<MemHandle, std::size_t> handles_;
   std::map<DevicePtr, MemHandle> mappings_;
   MemHandle next_handle_ = 1;
+  std::map<int, std::set<DevicePtr>> peer_access_;
+  int fail_next_access_ = 0;
 };
 
 }  // namespace cachalloc::testing

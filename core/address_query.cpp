@@ -1,0 +1,49 @@
+// address_query.cpp — what the allocator says about an address.
+//
+// The driver calls that reveal an allocation (cuMemGetAddressRange,
+// cuPointerGetAttribute(s), cuIpcGetMemHandle) must describe the program's
+// block, not the segment that cachalloc carved it from: a program that
+// memsets "its" range must not reach a neighbour.  query() answers for any
+// address; mark_exported() records that an IPC handle describes a block, so
+// that its memory is not handed to anyone else after the free while an
+// importer may still map it (the driver keeps freed exported memory alive).
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
+  std::lock_guard lock(mutex_);
+  auto it = segments_.upper_bound(ptr);
+  if (it == segments_.begin()) return kNotOwned;
+  const Segment* seg = (--it)->second;
+  if (ptr >= seg->base + seg->size) return kNotOwned;
+  *out = AddressInfo{};
+  out->segment = seg->base;
+  out->segment_size = seg->size;
+  out->expandable = seg->expandable;
+  // The common query names a block's start: one hash lookup.  An interior
+  // pointer walks the segment's blocks (address order).
+  const Block* b = find_live(ptr);
+  if (b == nullptr) {
+    b = seg->head;
+    while (b != nullptr && ptr >= b->ptr + b->size) b = b->next;
+  }
+  if (b == nullptr || !b->allocated || ptr >= b->ptr + b->requested) return kSuccess;
+  out->live = true;
+  out->block = b->ptr;
+  out->requested = b->requested;
+  out->id = b->id;
+  out->exported = b->exported;
+  return kSuccess;
+}
+
+Status CachingAllocator::mark_exported(DevicePtr block, std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  Block* b = find_live(block);
+  if (b == nullptr || b->id != id) return inside_segment(block) ? kInvalidValue : kNotOwned;
+  if (b->segment->expandable) return kNotSupported;
+  b->exported = true;
+  return kSuccess;
+}
+
+}  // namespace cachalloc
