@@ -1,8 +1,10 @@
-// context_registry.cpp — the per-context allocators and their stream sets.
+// context_registry.cpp — the per-context allocators, their stream sets, and
+// what outlives a context (statistics) or spans two (peer access).
 #include "context_registry.h"
 
 #include <algorithm>
 
+#include "log.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
 #include "stream_ids.h"
@@ -10,9 +12,19 @@
 namespace cachalloc::shim {
 namespace {
 
+// cuCtxEnablePeerAccess(peer) called in `accessor` (a context of `device`).
+struct PeerGrant {
+  CUcontext accessor;
+  int device;
+  CUcontext peer;
+};
+
 struct Registry {
   std::mutex mutex;
-  std::vector<ContextState*> contexts;  // leaked on purpose (see header)
+  std::vector<ContextState*> live;     // leaked on purpose (see header)
+  std::vector<ContextState*> retired;  // destroyed contexts, kept for reports
+  std::vector<PeerGrant> grants;
+  unsigned next_index = 0;
 };
 
 Registry& registry() {
@@ -27,26 +39,53 @@ struct LastUsed {
 };
 thread_local LastUsed t_last;
 
+ContextState* live_state_locked(Registry& r, CUcontext ctx) {
+  for (ContextState* s : r.live)
+    if (s->context() == ctx) return s;
+  return nullptr;
+}
+
+void set_peer(ContextState* owner, int device, bool enable) {
+  const Status st = owner->allocator().set_peer_access(device, enable);
+  if (st != kSuccess)
+    obs::logger().error("cuMemSetAccess for peer device {} on device {}'s expandable segments failed (error {}): "
+                        "kernels of device {} cannot reach that memory",
+                        device, owner->device(), st, device);
+}
+
+// A context usable for allocations: it has a device and answers
+// cuMemGetInfo (a destroyed context still current after a reset does not).
 ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  for (ContextState* s : r.contexts)
-    if (s->context() == ctx) return s;
+  if (ContextState* s = live_state_locked(r, ctx)) return s;
   CUdevice device = 0;
-  if (d->cuCtxGetDevice(&device) != CUDA_SUCCESS) return nullptr;
-  auto* state = new ContextState(ctx, device, d, config());
-  r.contexts.push_back(state);
+  std::size_t free_bytes = 0, total = 0;
+  if (d->cuCtxGetDevice(&device) != CUDA_SUCCESS || d->cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS)
+    return nullptr;
+  auto* state = new ContextState(ctx, device, total, r.next_index++, d, config());
+  r.live.push_back(state);
+  for (const PeerGrant& g : r.grants)
+    if (g.peer == ctx) set_peer(state, g.device, true);
   return state;
 }
 
 }  // namespace
 
-ContextState::ContextState(CUcontext ctx, CUdevice device, const RealDriver* driver, const Config& cfg)
-    : ctx_(ctx), device_(device), backend_(driver, device, cfg.expandable_segments_handle_type) {
-  std::size_t free_bytes = 0;
-  if (driver->cuMemGetInfo_v2(&free_bytes, &device_total_) != CUDA_SUCCESS) device_total_ = 0;
+ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_total, unsigned index,
+                           const RealDriver* driver, const Config& cfg)
+    : ctx_(ctx),
+      device_(device),
+      device_total_(device_total),
+      index_(index),
+      backend_(driver, device, cfg.expandable_segments_handle_type) {
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
+}
+
+void ContextState::retire() {
+  backend_.detach();
+  dead_.store(true, std::memory_order_release);
 }
 
 void ContextState::note_stream(StreamId id, bool non_blocking) {
@@ -88,24 +127,74 @@ ContextState* current_context_state() {
   const RealDriver* d = real_driver();
   CUcontext ctx = nullptr;
   if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
-  if (t_last.ctx == ctx) [[likely]] return t_last.state;
+  if (t_last.ctx == ctx && t_last.state->alive()) [[likely]] return t_last.state;
   ContextState* state = find_or_create(ctx, d);
   if (state != nullptr) t_last = {ctx, state};
   return state;
 }
 
-// Rare path (frees of pointers the current context does not own): a lock
-// and a scan over the contexts.
+// Rare paths (frees of pointers the current context does not own, pointer
+// queries): a lock and a scan over the live contexts.
 ContextState* find_owner(DevicePtr ptr) {
-  for (ContextState* s : all_context_states())
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (ContextState* s : r.live)
     if (s->allocator().owns(ptr)) return s;
   return nullptr;
+}
+
+ContextState* find_owner(DevicePtr ptr, AddressInfo* info) {
+  ContextState* current = current_context_state();
+  if (current != nullptr && current->allocator().query(ptr, info) != kNotOwned) return current;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (ContextState* s : r.live)
+    if (s != current && s->allocator().query(ptr, info) != kNotOwned) return s;
+  return nullptr;
+}
+
+void forget_context(CUcontext ctx) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  ContextState* s = live_state_locked(r, ctx);
+  if (s != nullptr) {
+    s->retire();
+    std::erase(r.live, s);
+    r.retired.push_back(s);
+    obs::logger().debug("context {} destroyed: its cache is dropped", static_cast<const void*>(ctx));
+  }
+  // Grants made from the dead context end with it (the driver drops its
+  // peer access); grants to its memory have nothing left to cover.
+  for (const PeerGrant& g : r.grants)
+    if (g.accessor == ctx)
+      if (ContextState* owner = live_state_locked(r, g.peer)) set_peer(owner, g.device, false);
+  std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == ctx || g.peer == ctx; });
+}
+
+void peer_access_enabled(CUcontext accessor, int accessor_device, CUcontext peer) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.grants.push_back({accessor, accessor_device, peer});
+  if (ContextState* owner = live_state_locked(r, peer)) set_peer(owner, accessor_device, true);
+}
+
+void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext peer) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == accessor && g.peer == peer; });
+  const bool still_granted = std::any_of(r.grants.begin(), r.grants.end(), [&](const PeerGrant& g) {
+    return g.peer == peer && g.device == accessor_device;
+  });
+  if (!still_granted)
+    if (ContextState* owner = live_state_locked(r, peer)) set_peer(owner, accessor_device, false);
 }
 
 std::vector<ContextState*> all_context_states() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  return r.contexts;
+  std::vector<ContextState*> out = r.retired;
+  out.insert(out.end(), r.live.begin(), r.live.end());
+  return out;
 }
 
 ContextGuard::ContextGuard(const RealDriver* d, CUcontext ctx) : d_(d) {

@@ -1,12 +1,19 @@
-// context_registry.h — one CachingAllocator per CUcontext.
+// context_registry.h — one CachingAllocator per live CUcontext.
 //
 // Memory of one context is not usable in another, so each context gets its
 // own allocator and backend, created the first time an allocation is made
 // with it current.  Per context the registry also keeps what the free
 // policy needs: whether any stream but the legacy one was seen, the live
 // non-blocking streams, and frees deferred by a graph capture.
-// Contexts are never destroyed here: allocators live until the process
-// ends, so no driver call happens from a static destructor.
+//
+// Context lifetime: when the driver destroys a context (cuCtxDestroy, a
+// primary context reset or its last release), forget_context() retires its
+// state: the backend is detached (no later call reaches the driver for that
+// context's segments, events or streams, which died with it), the state
+// leaves every lookup, and its statistics stay for the exit report.  A new
+// context with the same handle value then starts from a fresh cache.
+// States are never deleted: allocators live until the process ends, so no
+// driver call happens from a static destructor.
 #pragma once
 
 #include <atomic>
@@ -24,12 +31,23 @@ namespace cachalloc::shim {
 
 class ContextState {
  public:
-  ContextState(CUcontext ctx, CUdevice device, const RealDriver* driver, const Config& config);
+  ContextState(CUcontext ctx, CUdevice device, std::size_t device_total, unsigned index, const RealDriver* driver,
+               const Config& config);
 
   CUcontext context() const { return ctx_; }
   int device() const { return device_; }
   std::size_t device_total() const { return device_total_; }  // bytes, from cuMemGetInfo at creation
   CachingAllocator& allocator() { return *allocator_; }
+  // A process-unique id for allocation `serial` of this context's allocator,
+  // as CU_POINTER_ATTRIBUTE_BUFFER_ID reports it.  Bit 62 keeps it apart
+  // from the driver's own ids (a counter from 1).
+  unsigned long long buffer_id(std::uint64_t serial) const {
+    return (1ULL << 62) | (static_cast<unsigned long long>(index_) << 44) | (serial & ((1ULL << 44) - 1));
+  }
+
+  // False once the context was destroyed (see above).
+  bool alive() const { return !dead_.load(std::memory_order_acquire); }
+  void retire();
 
   // Stream bookkeeping for the free policy.  The shim records events only
   // on the legacy stream and on a stream the program is handing it in the
@@ -58,9 +76,11 @@ class ContextState {
  private:
   CUcontext ctx_;
   int device_;
-  std::size_t device_total_ = 0;
+  std::size_t device_total_;
+  unsigned index_;  // creation order in the process
   CudaBackend backend_;
   std::unique_ptr<CachingAllocator> allocator_;
+  std::atomic<bool> dead_{false};
   mutable std::mutex mutex_;
   std::set<StreamId> nonblocking_;   // live non-blocking streams
   std::atomic<bool> multi_stream_{false};
@@ -70,15 +90,28 @@ class ContextState {
 };
 
 // The state of the calling thread's current context, created on first use.
-// nullptr when no context is current or the driver reports an error (then
-// the caller passes the call to the driver, which reports it exactly).
+// nullptr when no context is current, the context is unusable (destroyed)
+// or the driver reports an error (then the caller passes the call to the
+// driver, which reports it exactly).
 ContextState* current_context_state();
 
-// The context whose allocator owns `ptr` as a live block or segment part,
-// searching every context; nullptr if none.
+// The live context whose allocator owns `ptr` (inside one of its segments),
+// the current context first; nullptr if none.
 ContextState* find_owner(DevicePtr ptr);
+// The same, with what that allocator knows about `ptr`.
+ContextState* find_owner(DevicePtr ptr, AddressInfo* info);
 
-// Every context seen so far (for reports).  The pointers stay valid forever.
+// The driver destroyed `ctx`: retire its state (see above).
+void forget_context(CUcontext ctx);
+
+// Peer access (cuCtxEnablePeerAccess from `accessor`, a context of device
+// `accessor_device`, to memory of `peer`): remembered so that the peer's
+// expandable pages, mapped now or later, grant that device access.
+void peer_access_enabled(CUcontext accessor, int accessor_device, CUcontext peer);
+void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext peer);
+
+// Every context seen so far, retired ones included (for reports).  The
+// pointers stay valid forever.
 std::vector<ContextState*> all_context_states();
 
 // Makes `ctx` current for the lifetime of the guard when it is not already.

@@ -3,7 +3,7 @@
 // cuda.h maps some names to versioned ones with macros (cuGetProcAddress ->
 // cuGetProcAddress_v2, cuMemAlloc -> cuMemAlloc_v2, ...).  The shim defines
 // the real exported names itself, so it needs the 4-argument
-// cuGetProcAddress without the macro, and declarations of the _ptsz
+// cuGetProcAddress and the 7.0 primary-context calls without the macros, and declarations of the _ptsz
 // variants that cuda.h only declares for the driver's own build.
 #pragma once
 
@@ -11,9 +11,14 @@
 #include <cudaTypedefs.h>
 
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxRelease
 
 extern "C" {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+// The CUDA 7.0 entry points (cuda.h maps these names to the _v2 ones).
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);

@@ -4,9 +4,12 @@
 // first in symbol lookup); the dlsym and cuGetProcAddress hooks hand out the
 // same functions to programs that look symbols up.  Each wrapper counts its
 // entry, and no exception ever crosses into C.
+#include "address_ops.h"
 #include "capture_tracking.h"
+#include "context_ops.h"
 #include "cuda_api.h"
 #include "driver_ops.h"
+#include "ipc_ops.h"
 #include "process_state.h"
 #include "real_driver.h"
 
@@ -30,7 +33,7 @@ static const RealDriver* drv() { return real_driver(); }
 // the driver lacks it (only reachable by a program linked against a libcuda
 // that does not have the symbol it calls).
 #define CACHALLOC_REAL_OR_FAIL(fn)                         \
-  const auto real_fn = drv() ? drv()->fn : nullptr; \
+  [[maybe_unused]] const auto real_fn = drv() ? drv()->fn : nullptr; \
   if (real_fn == nullptr) return CUDA_ERROR_NOT_FOUND
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
@@ -154,5 +157,85 @@ EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
     CUresult r = real_fn(hStream, phGraph);
     capture_ended(hStream, true, r);
     return r;
+  });
+}
+
+// ---- identity: address ranges and pointer attributes describe the block
+// (address_ops.h) ----
+
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemGetAddressRange_v2);
+    return do_mem_get_address_range(pbase, psize, dptr);
+  });
+}
+
+EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuPointerGetAttribute);
+    return do_pointer_get_attribute(data, attribute, ptr);
+  });
+}
+
+EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data,
+                                       CUdeviceptr ptr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuPointerGetAttributes);
+    return do_pointer_get_attributes(numAttributes, attributes, data, ptr);
+  });
+}
+
+EXPORT CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuPointerSetAttribute);
+    return do_pointer_set_attribute(value, attribute, ptr);
+  });
+}
+
+// ---- IPC: a handle describes the block (ipc_ops.h) ----
+
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuIpcGetMemHandle);
+    return do_ipc_get_mem_handle(pHandle, dptr);
+  });
+}
+
+// ---- context lifetime and peer access (context_ops.h) ----
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuCtxDestroy_v2);
+    return do_ctx_destroy(ctx);
+  });
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return guarded([&] { return do_primary_ctx_reset(dev, true); });
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return guarded([&] { return do_primary_ctx_reset(dev, false); });
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return guarded([&] { return do_primary_ctx_release(dev, true); });
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return guarded([&] { return do_primary_ctx_release(dev, false); });
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuCtxEnablePeerAccess);
+    return do_ctx_enable_peer_access(peerContext, Flags);
+  });
+}
+
+EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuCtxDisablePeerAccess);
+    return do_ctx_disable_peer_access(peerContext);
   });
 }

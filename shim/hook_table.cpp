@@ -32,6 +32,18 @@ const ByName kByName[] = {
     {"cuStreamBeginCaptureToGraph_ptsz", W(cuStreamBeginCaptureToGraph_ptsz)},
     {"cuStreamEndCapture", W(cuStreamEndCapture)},
     {"cuStreamEndCapture_ptsz", W(cuStreamEndCapture_ptsz)},
+    {"cuMemGetAddressRange_v2", W(cuMemGetAddressRange_v2)},
+    {"cuPointerGetAttribute", W(cuPointerGetAttribute)},
+    {"cuPointerGetAttributes", W(cuPointerGetAttributes)},
+    {"cuPointerSetAttribute", W(cuPointerSetAttribute)},
+    {"cuIpcGetMemHandle", W(cuIpcGetMemHandle)},
+    {"cuCtxDestroy_v2", W(cuCtxDestroy_v2)},
+    {"cuDevicePrimaryCtxReset_v2", W(cuDevicePrimaryCtxReset_v2)},
+    {"cuDevicePrimaryCtxReset", W(cuDevicePrimaryCtxReset)},
+    {"cuDevicePrimaryCtxRelease_v2", W(cuDevicePrimaryCtxRelease_v2)},
+    {"cuDevicePrimaryCtxRelease", W(cuDevicePrimaryCtxRelease)},
+    {"cuCtxEnablePeerAccess", W(cuCtxEnablePeerAccess)},
+    {"cuCtxDisablePeerAccess", W(cuCtxDisablePeerAccess)},
 };
 
 // A base name as cuGetProcAddress sees it: the wrapper applies from
@@ -56,6 +68,19 @@ const ByBase kByBase[] = {
     {"cuStreamBeginCapture", 10010, W(cuStreamBeginCapture_v2), W(cuStreamBeginCapture_v2_ptsz)},
     {"cuStreamBeginCaptureToGraph", 12030, W(cuStreamBeginCaptureToGraph), W(cuStreamBeginCaptureToGraph_ptsz)},
     {"cuStreamEndCapture", 0, W(cuStreamEndCapture), W(cuStreamEndCapture_ptsz)},
+    {"cuMemGetAddressRange", 3020, W(cuMemGetAddressRange_v2), nullptr},
+    {"cuPointerGetAttribute", 4000, W(cuPointerGetAttribute), nullptr},
+    {"cuPointerGetAttributes", 7000, W(cuPointerGetAttributes), nullptr},
+    {"cuPointerSetAttribute", 6000, W(cuPointerSetAttribute), nullptr},
+    {"cuIpcGetMemHandle", 4010, W(cuIpcGetMemHandle), nullptr},
+    {"cuCtxDestroy", 4000, W(cuCtxDestroy_v2), nullptr},
+    // The 7.0 and 11.0 entry points of these two differ in name only.
+    {"cuDevicePrimaryCtxReset", 11000, W(cuDevicePrimaryCtxReset_v2), nullptr},
+    {"cuDevicePrimaryCtxReset", 7000, W(cuDevicePrimaryCtxReset), nullptr},
+    {"cuDevicePrimaryCtxRelease", 11000, W(cuDevicePrimaryCtxRelease_v2), nullptr},
+    {"cuDevicePrimaryCtxRelease", 7000, W(cuDevicePrimaryCtxRelease), nullptr},
+    {"cuCtxEnablePeerAccess", 4000, W(cuCtxEnablePeerAccess), nullptr},
+    {"cuCtxDisablePeerAccess", 4000, W(cuCtxDisablePeerAccess), nullptr},
 };
 
 #undef W
@@ -73,9 +98,9 @@ void* wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags) {
     return cuda_version >= 12000 ? reinterpret_cast<void*>(&::cuGetProcAddress_v2)
                                  : reinterpret_cast<void*>(&::cuGetProcAddress);
   const bool ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  // First match wins: a base name listed twice names its newest ABI first.
   for (const ByBase& e : kByBase) {
-    if (std::strcmp(e.base, symbol) != 0) continue;
-    if (cuda_version < e.min_version) return nullptr;
+    if (std::strcmp(e.base, symbol) != 0 || cuda_version < e.min_version) continue;
     return ptsz && e.wrapper_ptsz != nullptr ? e.wrapper_ptsz : e.wrapper;
   }
   return nullptr;

@@ -33,6 +33,19 @@ struct RealDriver {
   PFN_cuStreamBeginCaptureToGraph_v12030_ptsz cuStreamBeginCaptureToGraph_ptsz = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuStreamEndCapture_v10000_ptsz cuStreamEndCapture_ptsz = nullptr;
+  // Calls that reveal an allocation (identity, IPC) or end a context.
+  PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange_v2 = nullptr;
+  PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute = nullptr;
+  PFN_cuPointerGetAttributes_v7000 cuPointerGetAttributes = nullptr;
+  PFN_cuPointerSetAttribute_v6000 cuPointerSetAttribute = nullptr;
+  PFN_cuIpcGetMemHandle_v4010 cuIpcGetMemHandle = nullptr;
+  PFN_cuCtxDestroy_v4000 cuCtxDestroy_v2 = nullptr;
+  PFN_cuDevicePrimaryCtxReset_v11000 cuDevicePrimaryCtxReset_v2 = nullptr;
+  PFN_cuDevicePrimaryCtxReset_v11000 cuDevicePrimaryCtxReset = nullptr;  // the 7.0 entry point, same signature
+  PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease_v2 = nullptr;
+  PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease = nullptr;  // the 7.0 entry point
+  PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
+  PFN_cuCtxDisablePeerAccess_v4000 cuCtxDisablePeerAccess = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
@@ -40,6 +53,8 @@ struct RealDriver {
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
   PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
+  PFN_cuDevicePrimaryCtxGetState_v7000 cuDevicePrimaryCtxGetState = nullptr;  // optional
+  PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain = nullptr;      // optional
   PFN_cuEventCreate_v2000 cuEventCreate = nullptr;
   PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
   PFN_cuEventQuery_v2000 cuEventQuery = nullptr;

@@ -59,6 +59,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
       d.device = ctx->device();
       d.stats = ctx->allocator().stats();
       d.device_total = ctx->device_total();
+      d.context_destroyed = !ctx->alive();
       if (with_segments) d.segments = ctx->allocator().snapshot();
       report.devices.push_back(std::move(d));
     }

@@ -34,6 +34,7 @@ void device_object(JsonWriter& w, const DeviceReport& d) {
   w.begin_object();
   w.field("device", d.device);
   w.field("device_total", static_cast<std::uint64_t>(d.device_total));
+  w.field("context_destroyed", d.context_destroyed);
   w.key("stats");
   w.begin_object();
   for (const auto& [name, value] : flatten_stats(d.stats)) w.field(name, value);

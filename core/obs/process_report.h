@@ -52,6 +52,7 @@ struct DeviceReport {
   DeviceStats stats;
   std::size_t device_total = 0;        // bytes
   std::vector<SegmentInfo> segments;   // filled for snapshots only
+  bool context_destroyed = false;      // its context was destroyed or reset (stats as they were then)
 };
 
 struct ProcessReport {

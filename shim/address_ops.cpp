@@ -1,0 +1,93 @@
+// address_ops.cpp — address ranges and pointer attributes of cachalloc blocks.
+#include "address_ops.h"
+
+#include "context_registry.h"
+#include "process_state.h"
+
+namespace cachalloc::shim {
+namespace {
+
+const RealDriver* driver() { return real_driver(); }
+
+// The owner of `ptr` when cachalloc must answer for it; nullptr sends the
+// call to the driver (not serving, or not cachalloc memory).
+ContextState* owner_of(CUdeviceptr ptr, AddressInfo* info) {
+  if (!serving(current_mode())) return nullptr;
+  return find_owner(static_cast<DevicePtr>(ptr), info);
+}
+
+// Overwrites the attributes that describe the allocation itself with the
+// block's; the driver has answered the rest for the segment.
+void describe_block(CUpointer_attribute attribute, void* data, const ContextState& owner, const AddressInfo& info) {
+  if (data == nullptr) return;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(info.block);
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = info.requested;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = owner.buffer_id(info.id);
+      break;
+    default:
+      break;
+  }
+}
+
+// An address the driver certainly does not know (host memory no program
+// registers): asking about it yields the driver's defaults for freed memory.
+char g_unknown_to_the_driver;
+
+}  // namespace
+
+CUresult do_mem_get_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  AddressInfo info;
+  if (owner_of(ptr, &info) == nullptr) return driver()->cuMemGetAddressRange_v2(base, size, ptr);
+  if (!info.live) return CUDA_ERROR_NOT_FOUND;
+  if (base != nullptr) *base = static_cast<CUdeviceptr>(info.block);
+  if (size != nullptr) *size = info.requested;
+  return CUDA_SUCCESS;
+}
+
+CUresult do_pointer_get_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  AddressInfo info;
+  ContextState* owner = owner_of(ptr, &info);
+  if (owner == nullptr) return driver()->cuPointerGetAttribute(data, attribute, ptr);
+  if (!info.live) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = driver()->cuPointerGetAttribute(data, attribute, ptr);
+  if (r == CUDA_SUCCESS) describe_block(attribute, data, *owner, info);
+  return r;
+}
+
+CUresult do_pointer_get_attributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                   CUdeviceptr ptr) {
+  AddressInfo info;
+  ContextState* owner = owner_of(ptr, &info);
+  if (owner == nullptr) return driver()->cuPointerGetAttributes(count, attributes, data, ptr);
+  if (!info.live) {
+    // The driver's defaults for an unknown address, as it writes them (value
+    // widths included); only HOST_POINTER echoes the queried address back.
+    const auto unknown = reinterpret_cast<CUdeviceptr>(&g_unknown_to_the_driver);
+    const CUresult r = driver()->cuPointerGetAttributes(count, attributes, data, unknown);
+    for (unsigned i = 0; attributes != nullptr && data != nullptr && i < count; ++i)
+      if (attributes[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER && data[i] != nullptr &&
+          *static_cast<CUdeviceptr*>(data[i]) == unknown)
+        *static_cast<CUdeviceptr*>(data[i]) = ptr;
+    return r;
+  }
+  const CUresult r = driver()->cuPointerGetAttributes(count, attributes, data, ptr);
+  if (r == CUDA_SUCCESS)
+    for (unsigned i = 0; i < count; ++i) describe_block(attributes[i], data[i], *owner, info);
+  return r;
+}
+
+// SYNC_MEMOPS applies to the segment: synchronous copies of its other
+// blocks become synchronous too, which changes no result.
+CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  AddressInfo info;
+  if (owner_of(ptr, &info) != nullptr && !info.live) return CUDA_ERROR_INVALID_VALUE;
+  return driver()->cuPointerSetAttribute(value, attribute, ptr);
+}
+
+}  // namespace cachalloc::shim

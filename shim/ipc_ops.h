@@ -1,0 +1,39 @@
+// ipc_ops.h — CUDA IPC export of cachalloc blocks.
+//
+// cuIpcGetMemHandle describes a whole driver allocation; for a block carved
+// out of a segment that is the segment, and an importer would map the
+// segment's base: the wrong memory.  The driver's own handle format carries
+// a size and an offset inside the physical allocation (measured on the H100,
+// driver 580: it is how the driver exports the small cuMemAllocs it
+// sub-allocates inside shared 2 MiB mappings), so cachalloc asks for the
+// segment's handle and rewrites those two fields to describe the block.
+// ANY importer, with or without cachalloc, then maps exactly the block; the
+// driver reference-counts repeated opens and maps non-overlapping parts of
+// one allocation independently.
+//
+// The layout is checked on every export (the segment's handle must carry
+// the segment's size and offset 0); should a driver ever hand out another
+// layout, an interior block's export fails with CUDA_ERROR_NOT_SUPPORTED
+// and a message instead of describing the wrong memory.  An exported block
+// is retained after its free (never reused) until its segment goes back to
+// the driver, which keeps freed exported memory alive for importers
+// (measured).  Blocks of expandable segments (cuMemMap'ed memory) cannot be
+// exported through legacy IPC: CUDA_ERROR_INVALID_VALUE, the driver's own
+// answer for such memory, with a message naming the remedy.
+// cuIpcOpenMemHandle and cuIpcCloseMemHandle need nothing: the handle
+// already describes the block.
+#pragma once
+
+#include "cuda_api.h"
+
+namespace cachalloc::shim {
+
+CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr);
+
+// The fields of the driver's handle that cachalloc rewrites (exposed for tests).
+struct IpcHandleFields {
+  static constexpr std::size_t kSizeOffset = 16;    // uint64: bytes the handle describes
+  static constexpr std::size_t kOffsetOffset = 28;  // uint32: offset inside the physical allocation
+};
+
+}  // namespace cachalloc::shim
