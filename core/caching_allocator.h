@@ -102,6 +102,17 @@ class CachingAllocator {
   // peer access does not cover cuMemMap'ed memory.  Returns the first
   // backend error (the peer list is updated regardless).
   Status set_peer_access(int peer, bool enable);
+
+  // The device context this allocator served has been destroyed: its
+  // plain segments and events went with it, but physical pages and address
+  // reservations (expandable segments) outlive contexts, so they go back
+  // now.  Blocks and statistics stay as they were, for the exit report; the
+  // allocator must not be used again.  Returns the first backend error.
+  Status release_after_context_death();
+  // Live blocks served for a stream other than `except` (the shim's
+  // stream-less cuMemAlloc pseudo-stream): cuMemAllocAsync memory, which
+  // the driver would keep alive across the context's destruction.
+  std::size_t live_blocks_on_streams_except(StreamId except) const;
   // Whether `ptr` is the start of a live block of this allocator.
   bool is_live(DevicePtr ptr) const;
 

@@ -71,6 +71,33 @@ void CachingAllocator::release_if_idle(Segment* seg) {
   free_segment(seg);
 }
 
+Status CachingAllocator::release_after_context_death() {
+  std::lock_guard lock(mutex_);
+  Status first_error = kSuccess;
+  auto note = [&](Status st) {
+    if (st != kSuccess && first_error == kSuccess) first_error = st;
+  };
+  for (Segment* seg : expandable_) {
+    for (std::size_t i = 0; i < seg->handles.size(); ++i) {
+      if (seg->handles[i] == 0) continue;
+      note(backend_->vm_unmap(seg->base + i * seg->page, seg->page));
+      note(backend_->vm_release(seg->handles[i]));
+      seg->handles[i] = 0;
+    }
+    note(backend_->vm_release_range(seg->base, seg->size));
+  }
+  expandable_.clear();
+  return first_error;
+}
+
+std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) const {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [ptr, block] : live_)
+    if (block->stream != except) ++n;
+  return n;
+}
+
 // Releases the smallest whole free segment of at least `size` bytes, from
 // either pool and any stream: once returned, its stream no longer matters.
 bool CachingAllocator::release_one_cached(std::size_t size) {

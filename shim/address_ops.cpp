@@ -30,6 +30,9 @@ void describe_block(CUpointer_attribute attribute, void* data, const ContextStat
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       *static_cast<unsigned long long*>(data) = owner.buffer_id(info.id);
       break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+      *static_cast<unsigned long long*>(data) = 0;  // expandable pages allow fds; a block must not
+      break;
     default:
       break;
   }
@@ -88,6 +91,12 @@ CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribu
   AddressInfo info;
   if (owner_of(ptr, &info) != nullptr && !info.live) return CUDA_ERROR_INVALID_VALUE;
   return driver()->cuPointerSetAttribute(value, attribute, ptr);
+}
+
+CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {
+  AddressInfo info;
+  if (owner_of(reinterpret_cast<CUdeviceptr>(addr), &info) != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return driver()->cuMemRetainAllocationHandle(handle, addr);
 }
 
 }  // namespace cachalloc::shim

@@ -16,6 +16,8 @@
 //                   it sub-allocates inside shared 2 MiB mappings
 //                   (MAPPING_BASE_ADDR/MAPPING_SIZE/MEMORY_BLOCK_ID describe
 //                   the physical allocation; SYNC_MEMOPS applies to it).
+//                   ALLOWED_HANDLE_TYPES is 0, as for cuMemAlloc memory:
+//                   no block can be exported with cuMemExportToShareableHandle.
 //   cached memory,  the driver's answers for freed memory: a single attribute
 //   or past the     -> CUDA_ERROR_INVALID_VALUE, the address range ->
 //   requested size  CUDA_ERROR_NOT_FOUND, cuPointerGetAttributes -> the
@@ -31,5 +33,9 @@ CUresult do_pointer_get_attribute(void* data, CUpointer_attribute attribute, CUd
 CUresult do_pointer_get_attributes(unsigned int count, CUpointer_attribute* attributes, void** data,
                                    CUdeviceptr ptr);
 CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr);
+// cuMemRetainAllocationHandle: a block is cuMemAlloc memory to the program,
+// for which the driver answers CUDA_ERROR_INVALID_VALUE; never the physical
+// page handle of an expandable segment (its offset 0 is another block).
+CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr);
 
 }  // namespace cachalloc::shim

@@ -49,8 +49,9 @@ bool current_context(CUcontext* ctx, int* device) {
 
 }  // namespace
 
-CUresult do_ctx_destroy(CUcontext ctx) {
-  const CUresult r = driver()->cuCtxDestroy_v2(ctx);
+CUresult do_ctx_destroy(CUcontext ctx, CUresult (*real)(CUcontext)) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(ctx);
   if (r == CUDA_SUCCESS && tracking()) forget_context(ctx);
   return r;
 }

@@ -1,6 +1,6 @@
 // context_ops.h — calls that end a context or join two.
 //
-// Destruction: cuCtxDestroy, cuDevicePrimaryCtxReset (what cudaDeviceReset
+// Destruction: cuCtxDestroy (and the old cuCtxDetach), cuDevicePrimaryCtxReset (what cudaDeviceReset
 // calls) and cuDevicePrimaryCtxRelease when it drops the last reference
 // free every allocation, event and stream of the context.  After the real
 // call succeeded, forget_context() retires the context's cache (see
@@ -18,7 +18,8 @@
 
 namespace cachalloc::shim {
 
-CUresult do_ctx_destroy(CUcontext ctx);
+// `real` is the driver's cuCtxDestroy_v2, cuCtxDestroy (before 4.0) or cuCtxDetach.
+CUresult do_ctx_destroy(CUcontext ctx, CUresult (*real)(CUcontext));
 // `v2` picks the _v2 or the 7.0 entry point of the driver (same semantics).
 CUresult do_primary_ctx_reset(CUdevice device, bool v2);
 CUresult do_primary_ctx_release(CUdevice device, bool v2);

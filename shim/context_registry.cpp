@@ -25,6 +25,7 @@ struct Registry {
   std::vector<ContextState*> retired;  // destroyed contexts, kept for reports
   std::vector<PeerGrant> grants;
   unsigned next_index = 0;
+  std::atomic<std::size_t> live_count{0};  // live.size(), readable without the lock
 };
 
 Registry& registry() {
@@ -53,6 +54,30 @@ void set_peer(ContextState* owner, int device, bool enable) {
                         device, owner->device(), st, device);
 }
 
+// What a destroyed context leaves behind: expandable pages and reservations
+// (not context memory) go back; blocks the program allocated with
+// cuMemAllocAsync die here, where the driver's pool memory would not.
+void release_dead_context(ContextState* s) {
+  CachingAllocator& a = s->allocator();
+  if (const Status st = a.release_after_context_death(); st != kSuccess)
+    obs::logger().error("context {} destroyed: releasing its expandable segments failed (error {}); their memory "
+                        "stays reserved until the process ends",
+                        static_cast<const void*>(s->context()), st);
+  if (const std::size_t n = a.live_blocks_on_streams_except(kUnorderedStreamId); n != 0)
+    obs::logger().error("context {} destroyed with {} block(s) from cuMemAllocAsync/cudaMallocAsync still "
+                        "allocated: the driver keeps stream-ordered pool memory alive after its context, cachalloc "
+                        "cannot (its memory belonged to the context); do not use those pointers any more",
+                        static_cast<const void*>(s->context()), n);
+  s->retire();
+}
+
+// Whether device `device` still has a grant to `peer` other than `except`'s.
+bool granted_elsewhere(const Registry& r, CUcontext peer, int device, CUcontext except) {
+  return std::any_of(r.grants.begin(), r.grants.end(), [&](const PeerGrant& g) {
+    return g.peer == peer && g.device == device && g.accessor != except;
+  });
+}
+
 // A context usable for allocations: it has a device and answers
 // cuMemGetInfo (a destroyed context still current after a reset does not).
 ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
@@ -65,6 +90,7 @@ ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
     return nullptr;
   auto* state = new ContextState(ctx, device, total, r.next_index++, d, config());
   r.live.push_back(state);
+  r.live_count.store(r.live.size(), std::memory_order_relaxed);
   for (const PeerGrant& g : r.grants)
     if (g.peer == ctx) set_peer(state, g.device, true);
   return state;
@@ -158,15 +184,16 @@ void forget_context(CUcontext ctx) {
   std::lock_guard lock(r.mutex);
   ContextState* s = live_state_locked(r, ctx);
   if (s != nullptr) {
-    s->retire();
+    release_dead_context(s);
     std::erase(r.live, s);
+    r.live_count.store(r.live.size(), std::memory_order_relaxed);
     r.retired.push_back(s);
     obs::logger().debug("context {} destroyed: its cache is dropped", static_cast<const void*>(ctx));
   }
   // Grants made from the dead context end with it (the driver drops its
   // peer access); grants to its memory have nothing left to cover.
   for (const PeerGrant& g : r.grants)
-    if (g.accessor == ctx)
+    if (g.accessor == ctx && !granted_elsewhere(r, g.peer, g.device, ctx))
       if (ContextState* owner = live_state_locked(r, g.peer)) set_peer(owner, g.device, false);
   std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == ctx || g.peer == ctx; });
 }
@@ -182,12 +209,11 @@ void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext pee
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == accessor && g.peer == peer; });
-  const bool still_granted = std::any_of(r.grants.begin(), r.grants.end(), [&](const PeerGrant& g) {
-    return g.peer == peer && g.device == accessor_device;
-  });
-  if (!still_granted)
+  if (!granted_elsewhere(r, peer, accessor_device, accessor))
     if (ContextState* owner = live_state_locked(r, peer)) set_peer(owner, accessor_device, false);
 }
+
+std::size_t live_context_count() { return registry().live_count.load(std::memory_order_relaxed); }
 
 std::vector<ContextState*> all_context_states() {
   Registry& r = registry();

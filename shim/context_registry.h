@@ -110,6 +110,9 @@ void forget_context(CUcontext ctx);
 void peer_access_enabled(CUcontext accessor, int accessor_device, CUcontext peer);
 void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext peer);
 
+// How many contexts have a live cache (one relaxed load).
+std::size_t live_context_count();
+
 // Every context seen so far, retired ones included (for reports).  The
 // pointers stay valid forever.
 std::vector<ContextState*> all_context_states();

@@ -13,12 +13,14 @@
 #undef cuGetProcAddress
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
+#undef cuCtxDestroy
 
 extern "C" {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 // The CUDA 7.0 entry points (cuda.h maps these names to the _v2 ones).
 CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuCtxDestroy(CUcontext ctx);  // before CUDA 4.0
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);

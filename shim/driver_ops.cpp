@@ -85,7 +85,32 @@ CUresult pass_free_async(CUdeviceptr ptr, CUstream s, bool ptsz) {
 
 thread_local bool t_repeat_oom = false;
 
+std::atomic<bool> g_pools_configured{false};
+
+// Whether `stream` (a real handle) belongs to another context than `ctx`.
+// Only asked while several contexts have caches.
+bool stream_of_other_context(const ContextState& ctx, CUstream stream, bool ptsz) {
+  if (live_context_count() < 2 || stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+    return false;
+  (void)ptsz;
+  CUcontext owner = nullptr;
+  if (driver()->cuStreamGetCtx == nullptr || driver()->cuStreamGetCtx(stream, &owner) != CUDA_SUCCESS) return false;
+  return owner != ctx.context();
+}
+
 }  // namespace
+
+bool serve_async_on(const ContextState& ctx, CUstream stream, bool ptsz) {
+  if (g_pools_configured.load(std::memory_order_relaxed)) [[unlikely]] return false;
+  return !stream_of_other_context(ctx, stream, ptsz);
+}
+
+void note_pools_configured(const char* call) {
+  if (g_pools_configured.exchange(true, std::memory_order_relaxed)) return;
+  obs::logger().info("{}: the program configures CUDA memory pools; cuMemAllocAsync/cudaMallocAsync go to the "
+                     "driver from now on (blocks served before keep cachalloc's properties)",
+                     call);
+}
 
 RepeatOomGuard::RepeatOomGuard() { t_repeat_oom = true; }
 RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
@@ -136,7 +161,8 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   }
   if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
-  if (ctx == nullptr) return pass_alloc_async(out, size, stream, ptsz);
+  if (ctx == nullptr || !serve_async_on(*ctx, stream, ptsz)) [[unlikely]]
+    return pass_alloc_async(out, size, stream, ptsz);
   const StreamId id = stream_id(stream, ptsz);
   note_use(ctx, id);
   settle_deferred_frees(*ctx);
@@ -153,15 +179,21 @@ CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
     if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
     return pass_free_async(ptr, stream, ptsz);
   }
+  // During a capture the driver frees only graph allocations; freeing a
+  // cachalloc block now would let the next allocation reuse memory that the
+  // captured kernels will use when the graph runs.
+  if (stream_is_capturing(stream, ptsz)) [[unlikely]] {
+    if (find_owner(static_cast<DevicePtr>(ptr)) != nullptr) return CUDA_ERROR_INVALID_VALUE;
+    count_capture();
+    return pass_free_async(ptr, stream, ptsz);
+  }
   ContextState* ctx = current_context_state();
   const StreamId id = stream_id(stream, ptsz);
   if (ctx != nullptr) note_use(ctx, id);
   Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
   if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
   if (s != kNotOwned) return to_cu(s);
-  // Not ours: memory from a capture (a graph memory node) or from elsewhere.
-  if (stream_is_capturing(stream, ptsz)) count_capture();
-  else count_foreign();
+  count_foreign();  // not ours: from the driver's pool or elsewhere
   return pass_free_async(ptr, stream, ptsz);
 }
 

@@ -6,6 +6,7 @@
 // (double free, interior pointer).  Return values are the driver's CUresult.
 #pragma once
 
+#include "context_registry.h"
 #include "cuda_api.h"
 
 namespace cachalloc::shim {
@@ -28,6 +29,15 @@ class RepeatOomGuard {
   RepeatOomGuard(const RepeatOomGuard&) = delete;
   RepeatOomGuard& operator=(const RepeatOomGuard&) = delete;
 };
+
+// Whether cuMemAllocAsync on `stream` may be served from `ctx`'s cache.
+// Not when the program configured a memory pool (cuDeviceSetMemPool,
+// cuMemPoolSetAccess: it wants the pool's access, IPC and limits, which a
+// cachalloc block lacks), and not for a stream of another context: the
+// driver allocates on the stream's device, not the current one.
+bool serve_async_on(const ContextState& ctx, CUstream stream, bool ptsz);
+// After a successful call that configures a memory pool.
+void note_pools_configured(const char* call);
 
 // Stream bookkeeping: after a successful create, before the real destroy.
 void note_stream_created(CUstream stream, unsigned int flags);

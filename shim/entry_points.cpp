@@ -192,6 +192,13 @@ EXPORT CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute att
   });
 }
 
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemRetainAllocationHandle);
+    return do_mem_retain_allocation_handle(handle, addr);
+  });
+}
+
 // ---- IPC: a handle describes the block (ipc_ops.h) ----
 
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
@@ -201,13 +208,50 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
   });
 }
 
+EXPORT CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+                                              unsigned long long flags) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemGetHandleForAddressRange);
+    return do_get_handle_for_address_range(handle, dptr, size, type, flags);
+  });
+}
+
+// ---- memory pools: once the program configures one, cuMemAllocAsync
+// goes to the driver (driver_ops.h) ----
+
+EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuDeviceSetMemPool);
+    CUresult r = real_fn(dev, pool);
+    if (r == CUDA_SUCCESS) note_pools_configured("cuDeviceSetMemPool");
+    return r;
+  });
+}
+
+EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemPoolSetAccess);
+    CUresult r = real_fn(pool, map, count);
+    if (r == CUDA_SUCCESS) note_pools_configured("cuMemPoolSetAccess");
+    return r;
+  });
+}
+
 // ---- context lifetime and peer access (context_ops.h) ----
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuCtxDestroy_v2);
-    return do_ctx_destroy(ctx);
+    return do_ctx_destroy(ctx, real_fn);
   });
+}
+
+EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
+  return guarded([&] { return do_ctx_destroy(ctx, drv() ? drv()->cuCtxDestroy : nullptr); });
+}
+
+EXPORT CUresult cuCtxDetach(CUcontext ctx) {
+  return guarded([&] { return do_ctx_destroy(ctx, drv() ? drv()->cuCtxDetach : nullptr); });
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {

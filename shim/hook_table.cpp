@@ -3,6 +3,10 @@
 
 #include <cstring>
 
+// cuCtxDetach is deprecated, but programs may still call it: it is hooked
+// because it destroys a context.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace cachalloc::shim {
 namespace {
 
@@ -44,6 +48,12 @@ const ByName kByName[] = {
     {"cuDevicePrimaryCtxRelease", W(cuDevicePrimaryCtxRelease)},
     {"cuCtxEnablePeerAccess", W(cuCtxEnablePeerAccess)},
     {"cuCtxDisablePeerAccess", W(cuCtxDisablePeerAccess)},
+    {"cuCtxDestroy", W(cuCtxDestroy)},
+    {"cuCtxDetach", W(cuCtxDetach)},
+    {"cuMemRetainAllocationHandle", W(cuMemRetainAllocationHandle)},
+    {"cuMemGetHandleForAddressRange", W(cuMemGetHandleForAddressRange)},
+    {"cuDeviceSetMemPool", W(cuDeviceSetMemPool)},
+    {"cuMemPoolSetAccess", W(cuMemPoolSetAccess)},
 };
 
 // A base name as cuGetProcAddress sees it: the wrapper applies from
@@ -74,6 +84,12 @@ const ByBase kByBase[] = {
     {"cuPointerSetAttribute", 6000, W(cuPointerSetAttribute), nullptr},
     {"cuIpcGetMemHandle", 4010, W(cuIpcGetMemHandle), nullptr},
     {"cuCtxDestroy", 4000, W(cuCtxDestroy_v2), nullptr},
+    {"cuCtxDestroy", 2000, W(cuCtxDestroy), nullptr},
+    {"cuCtxDetach", 2000, W(cuCtxDetach), nullptr},
+    {"cuMemRetainAllocationHandle", 11000, W(cuMemRetainAllocationHandle), nullptr},
+    {"cuMemGetHandleForAddressRange", 11070, W(cuMemGetHandleForAddressRange), nullptr},
+    {"cuDeviceSetMemPool", 11020, W(cuDeviceSetMemPool), nullptr},
+    {"cuMemPoolSetAccess", 11020, W(cuMemPoolSetAccess), nullptr},
     // The 7.0 and 11.0 entry points of these two differ in name only.
     {"cuDevicePrimaryCtxReset", 11000, W(cuDevicePrimaryCtxReset_v2), nullptr},
     {"cuDevicePrimaryCtxReset", 7000, W(cuDevicePrimaryCtxReset), nullptr},

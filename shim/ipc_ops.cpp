@@ -75,4 +75,13 @@ CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
+CUresult do_get_handle_for_address_range(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+                                         unsigned long long flags) {
+  AddressInfo info;
+  ContextState* owner = serving(current_mode()) ? find_owner(static_cast<DevicePtr>(dptr), &info) : nullptr;
+  const CUresult r = real_driver()->cuMemGetHandleForAddressRange(handle, dptr, size, type, flags);
+  if (r == CUDA_SUCCESS && owner != nullptr && info.live) owner->allocator().mark_exported(info.block, info.id);
+  return r;
+}
+
 }  // namespace cachalloc::shim

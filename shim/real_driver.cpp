@@ -49,6 +49,13 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   resolve(h, &d->cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess");
   resolve(h, &d->cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess");
+  resolve(h, &d->cuCtxDestroy, "cuCtxDestroy");
+  resolve(h, &d->cuCtxDetach, "cuCtxDetach");
+  resolve(h, &d->cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+  resolve(h, &d->cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
+  resolve(h, &d->cuDeviceSetMemPool, "cuDeviceSetMemPool");
+  resolve(h, &d->cuMemPoolSetAccess, "cuMemPoolSetAccess");
+  resolve(h, &d->cuStreamGetCtx, "cuStreamGetCtx");
   resolve(h, &d->cuCtxGetCurrent, "cuCtxGetCurrent");
   resolve(h, &d->cuCtxSetCurrent, "cuCtxSetCurrent");
   resolve(h, &d->cuCtxGetDevice, "cuCtxGetDevice");

@@ -46,9 +46,16 @@ struct RealDriver {
   PFN_cuDevicePrimaryCtxRelease_v11000 cuDevicePrimaryCtxRelease = nullptr;  // the 7.0 entry point
   PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
   PFN_cuCtxDisablePeerAccess_v4000 cuCtxDisablePeerAccess = nullptr;
+  PFN_cuCtxDestroy_v4000 cuCtxDestroy = nullptr;  // before CUDA 4.0, same signature
+  PFN_cuCtxDetach_v2000 cuCtxDetach = nullptr;
+  PFN_cuMemRetainAllocationHandle_v11000 cuMemRetainAllocationHandle = nullptr;
+  PFN_cuMemGetHandleForAddressRange_v11070 cuMemGetHandleForAddressRange = nullptr;
+  PFN_cuDeviceSetMemPool_v11020 cuDeviceSetMemPool = nullptr;
+  PFN_cuMemPoolSetAccess_v11020 cuMemPoolSetAccess = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
+  PFN_cuStreamGetCtx_v9020 cuStreamGetCtx = nullptr;      // optional
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;

@@ -85,12 +85,16 @@ bool try_free(void* ptr) {
 Status try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {
   auto cs = reinterpret_cast<CUstream>(s);
   if (stream_is_capturing(cs, ptsz)) return kNotOwned;
+  ContextState* ctx = serving_context();
+  if (ctx == nullptr || !serve_async_on(*ctx, cs, ptsz)) return kNotOwned;
   return try_alloc(out, size, stream_id(cs, ptsz));
 }
 
+// A capture in flight on `s`: cudart's own path (the hooked cuMemFreeAsync)
+// gives the driver's answer.
 bool try_free_async(void* ptr, cudaStream_t s, bool ptsz) {
   ContextState* ctx = ptr != nullptr ? serving_context() : nullptr;
-  if (ctx == nullptr) return false;
+  if (ctx == nullptr || stream_is_capturing(reinterpret_cast<CUstream>(s), ptsz)) return false;
   auto p = reinterpret_cast<DevicePtr>(ptr);
   const StreamId id = stream_id(reinterpret_cast<CUstream>(s), ptsz);
   ctx->note_stream(id, false);  // blocking or not, this free waits on `s` itself

@@ -398,16 +398,6 @@ static void kill_streams_of(struct CUctx_st* c) {
   }
 }
 
-/* Mapped pages go back to reserved-but-inaccessible address space; the
- * record stays (dead) so that later calls on it are recognized. */
-static void kill_mappings_of(struct CUctx_st* c) {
-  for (struct vm_mapping* m = mappings; m; m = m->next) {
-    if (m->ctx != c || m->dead) continue;
-    mmap((void*)(uintptr_t)m->ptr, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    m->dead = 1;
-  }
-}
-
 /* Frees everything the context owns; its events die with its generation. */
 static void destroy_context(struct CUctx_st* c) {
   c->alive = 0;
@@ -417,7 +407,10 @@ static void destroy_context(struct CUctx_st* c) {
     if (allocs[i].ctx == c) free_allocation(i);
   drop_imports_of(c);
   kill_streams_of(c);
-  kill_mappings_of(c);
+  /* cuMemCreate memory, its mappings and address reservations are not
+   * context memory (cuda.h: "cuCtxDestroy() will not destroy memory
+   * allocations by cuMemCreate()"; measured on an H100): they outlive the
+   * context and must be released explicitly. */
   stats.ctx_destroyed++;
 }
 

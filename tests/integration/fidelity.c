@@ -451,6 +451,16 @@ static int usable_allocations(int count) {
   return 0;
 }
 
+/* Physical pages and reservations outlive contexts (expandable segments):
+ * those of destroyed contexts must have gone back, leaving at most what the
+ * live context holds (a reservation and a page per pool and stream used). */
+static int no_leaked_vm(void) {
+  struct fake_cuda_stats_t s = stats();
+  CHECK(s.vm_reserve - s.vm_release_range <= 3);
+  CHECK(s.vm_create - s.vm_release <= 3);
+  return 0;
+}
+
 /* cudaDeviceReset: the primary context dies and comes back with the same handle. */
 static int primary_reset(void) {
   CUdevice dev = 0;
@@ -470,7 +480,7 @@ static int primary_reset(void) {
   }
   CHECK(stats().dead_context_calls == 0);
   CHECK(stats().ctx_destroyed == 3);
-  return 0;
+  return no_leaked_vm();
 }
 
 static int ctx_destroy(void) {
@@ -487,7 +497,7 @@ static int ctx_destroy(void) {
   CHECK(D.ctx_destroy(g_ctx) == CUDA_ERROR_INVALID_CONTEXT);
   if (usable_allocations(4)) return 1;
   CHECK(stats().dead_context_calls == 0);
-  return 0;
+  return no_leaked_vm();
 }
 
 /* Only the last release destroys the primary context. */

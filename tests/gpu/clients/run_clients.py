@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run_clients.py — runs the real clients bare and under libcachalloc.so.
 
-Usage: run_clients.py --shim LIB.so [--only torch|cupy|jax|numba] [--out DIR] [--rows ROWS.tsv]
+Usage: run_clients.py --shim LIB.so [--only torch|cupy|cupy_ipc|jax|numba] [--out DIR] [--rows ROWS.tsv]
 
 For each client (a script beside this one): skipped when its package is not
 installed; else run once without the shim and once with LD_PRELOAD and
@@ -10,7 +10,9 @@ CACHALLOC_CONF=stats:DIR/<client>.json.  A client passes when both runs print
 that (the PyTorch training step: bit-identical losses), and the dump shows
 cachalloc served its allocations: calls of its allocation entry points
 (cuMemAlloc_v2, cuMemAllocAsync, or cudaMalloc/cudaMallocAsync for shared cudart),
-allocations counted by the core, and device allocations avoided.
+allocations counted by the core, and device allocations avoided.  A client
+named in REQUIRED_LINES must also print that line in both runs (cupy_ipc:
+the spawned importer's `cupy_ipc child: OK`).
 
 Prints one line per client; --rows writes `name<TAB>status<TAB>figure` rows
 for scripts/gpu-check.sh.  Exit 0 all passed (or skipped), 1 a failure,
@@ -31,10 +33,13 @@ import check_stats  # noqa: E402  (tests/gpu/check_stats.py)
 CLIENTS = {
     "torch": ("torch_train_step.py", "torch", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, True),
     "cupy": ("cupy_client.py", "cupy", {}, False),
+    "cupy_ipc": ("cupy_ipc.py", "cupy", {}, False),
     "jax": ("jax_client.py", "jax", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
                                      "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, False),
     "numba": ("numba_client.py", "numba", {}, False),
 }
+# name: a line both runs must print (besides `<script>: PASS`)
+REQUIRED_LINES = {"cupy_ipc": "cupy_ipc child: OK"}
 RUN_TIMEOUT = 100  # seconds per run; a training step takes well under 30
 
 
@@ -91,6 +96,11 @@ def check_client(name, shim, out_dir):
         problems.append(f"bare run failed (exit {bare_rc})")
     if shim_rc != 0 or not passed(shim_out, script):
         problems.append(f"run under the shim failed (exit {shim_rc})")
+    required = REQUIRED_LINES.get(name)
+    if required:
+        for label, out in (("bare", bare_out), ("shim", shim_out)):
+            if required not in out.splitlines():
+                problems.append(f"{label} run did not print '{required}'")
     same = results(bare_out) == results(shim_out) and results(bare_out)
     if exact and not same:
         problems.append("RESULT lines differ between bare and shim runs")
