@@ -9,9 +9,13 @@
 #   1. machine: nvidia-smi -L, driver, nvcc, compilers, Python packages
 #   2. configure + build (meson setup build-gpu -Ddeps_include=.deps/usr/include -Dbench=true; ninja)
 #   3. meson test: suites unit, integration, gpu (examples with and without the shim)
-#   4. the examples again under the launcher with stats:stderr (tail of the table shown)
-#   5. real clients (PyTorch, CuPy, JAX, numba) with and without the shim
+#   4. the examples again under the launcher with stats:stderr (tail of the table shown),
+#      fidelity_patterns included; 4b. fidelity_patterns under expandable
+#      segments, and its peer pattern (SKIP with one GPU)
+#   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
+#   7. other configurations, observability dumps, core benchmark
+#   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
 # and prints LAST a table: one row per check (name, PASS/FAIL/SKIP, key figure).
 #
 # Without a GPU it still configures, builds and runs what it can; GPU steps
@@ -19,7 +23,11 @@
 # four files — gpu-check.log, summary.txt, bench.txt, artefacts.tar.gz.
 #
 # Environment: BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET (seconds for
-# the whole run, default 540), JOBS (default nproc).
+# the whole run, default 540), JOBS (default nproc), GPU_CHECK_NUMBA (unset:
+# step 8 is skipped; 1: step 8 runs last, within what is left of the budget;
+# only: steps 1, 2 and 8 alone, for a call of its own), GPU_CHECK_NUMBA_SUITE
+# (cudadrv, cudapy or both; default both), GPU_CHECK_NUMBA_CONCURRENT=1 (bare
+# and shim runs of a suite at the same time).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +36,8 @@ BUDGET=${GPU_CHECK_BUDGET:-540}
 BUILD=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
+NUMBA_MODE=${GPU_CHECK_NUMBA:-0}
+NUMBA_SUITE=${GPU_CHECK_NUMBA_SUITE:-both}
 mkdir -p "$OUTDIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 ROWS="$WORK/rows.tsv"
@@ -119,6 +129,46 @@ LAUNCHER=$(find "$BUILD" -name cachalloc -type f -perm -u+x 2>/dev/null | head -
 echo "shim:     ${SHIM:-not built}"
 echo "launcher: ${LAUNCHER:-not built (LD_PRELOAD is used directly)}"
 
+# --- 8. numba-cuda's own test suites (a function: GPU_CHECK_NUMBA=only runs it
+# right after the build) --------------------------------------------------------
+numba_suites_step() {
+  banner "8. numba-cuda's test suites ($NUMBA_SUITE), bare and under the shim"
+  if (( ! HAVE_GPU )); then row "numba suites" SKIP "no GPU"; return; fi
+  if [[ -z "$SHIM" ]]; then row "numba suites" FAIL "libcachalloc.so not built"; return; fi
+  local total extra=() rc
+  total=$(budget_for 1500)
+  [[ ${GPU_CHECK_NUMBA_CONCURRENT:-0} == 1 ]] && extra+=(--concurrent)
+  # The script splits its --budget among its runs and writes its rows before
+  # the outer timeout could cut it.
+  timed numba-suites "$total" python3 tests/gpu/run_numba_suites.py --shim "$SHIM" \
+    --suite "$NUMBA_SUITE" --out "$WORK/numba-suites" --rows "$WORK/numba-rows.tsv" \
+    --budget "$(( total > 40 ? total - 20 : 20 ))" "${extra[@]}"
+  rc=$?
+  if [[ -s "$WORK/numba-rows.tsv" ]]; then cat "$WORK/numba-rows.tsv" >>"$ROWS"
+  else row "numba suites" FAIL "no result rows (exit $rc$(timeout_note $rc))"; fi
+}
+
+# --- results (a function: GPU_CHECK_NUMBA=only ends here early) ---------------------
+finish() {
+  tar -czf "$OUTDIR/artefacts.tar.gz" -C "$WORK" . 2>/dev/null
+  {
+    printf '\n===== gpu-check summary (%s, %s s)\n' "${gpu_name:-no GPU}" "$(elapsed)"
+    awk -F'\t' '{ printf "%-48s %-5s %s\n", $1, $2, $3 }' "$ROWS"
+    printf '%s checks: %s PASS, %s FAIL, %s SKIP\n' "$(wc -l <"$ROWS")" \
+      "$(grep -c $'\tPASS\t' "$ROWS")" "$(grep -c $'\tFAIL\t' "$ROWS")" "$(grep -c $'\tSKIP\t' "$ROWS")"
+  } | tee "$OUTDIR/summary.txt"
+  local final=0
+  grep -q $'\tFAIL\t' "$ROWS" && final=1
+  rm -rf "$WORK"
+  exit $final
+}
+
+if [[ $NUMBA_MODE == only ]]; then
+  echo "GPU_CHECK_NUMBA=only: steps 3-7 are left out"
+  numba_suites_step
+  finish
+fi
+
 # --- 3. meson test -------------------------------------------------------------
 banner "3. meson test: unit, integration, gpu"
 # meson test refuses to start when any selected program is missing, so when
@@ -200,7 +250,8 @@ banner "4. examples with and without the shim (stats:stderr)"
 # with LD_PRELOAD directly; either way the exit table goes to stderr.
 if [[ -n "$LAUNCHER" ]]; then shim_cmd=("$LAUNCHER" --conf stats:stderr --)
 else shim_cmd=(env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr); fi
-for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
+for ex in alloc_patterns_static alloc_patterns_shared driver_patterns \
+          fidelity_patterns_static fidelity_patterns_shared; do
   prog="$BUILD/examples/$ex"
   if (( ! HAVE_GPU )); then row "example $ex" SKIP "no GPU"; continue; fi
   if [[ ! -x "$prog" ]]; then row "example $ex" FAIL "not built"; continue; fi
@@ -224,11 +275,23 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
   free_shim=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-shim.out" | grep -o '[0-9.]*' | paste -sd/)
   free_bare=$(grep -o 'mean cudaFree [0-9.]* ms' "$WORK/$ex-noshim.log" | grep -o '[0-9.]*' | paste -sd/)
   [[ -n "$free_shim" ]] && fig+="; cudaFree during a busy kernel (fence/fence_blocking): ${free_shim} ms (bare ${free_bare:-?} ms)"
-  # When alloc_patterns fails under the shim, each pattern runs alone so the
-  # row can name every failing one (a crash would hide those after it).
-  if [[ $ex == alloc_patterns_* && $rc -ne 0 && $rc -ne 77 ]]; then
+  # fidelity_patterns: the patterns that did not pass (peer is a SKIP on one GPU).
+  if [[ $ex == fidelity_patterns_* ]]; then
+    notpass=$(grep -E '^[a-z_]+: (FAIL|SKIP)' "$WORK/$ex-shim.out" | grep -v '^fidelity_patterns:' |
+              cut -d' ' -f1-2 | tr -d ':' | paste -sd, -)
+    fig+="; patterns not passing under the shim: ${notpass:-none}"
+  fi
+  # When alloc_patterns or fidelity_patterns fails under the shim, each
+  # pattern runs alone so the row can name every failing one (a crash would
+  # hide those after it).
+  case $ex in
+    alloc_patterns_*) patterns="sizes fence async graph threads meminfo fence_blocking oom" ;;
+    fidelity_patterns_*) patterns="range_memset attributes_freed ipc_shim_importer ipc_bare_importer expandable_ipc reset peer" ;;
+    *) patterns="" ;;
+  esac
+  if [[ -n $patterns && $rc -ne 0 && $rc -ne 77 ]]; then
     failing=""
-    for pat in sizes fence async graph threads meminfo fence_blocking oom; do
+    for pat in $patterns; do
       timeout --kill-after=5 "$(budget_for 60)" env LD_PRELOAD="$SHIM" "$prog" "$pat" >"$WORK/$ex-$pat.log" 2>&1
       prc=$?
       [[ $prc -ne 0 ]] && failing+=" $pat(exit $prc)"
@@ -245,6 +308,62 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns; do
   fi
 done
 
+# --- 4b. fidelity_patterns under expandable segments; peer access -------------------
+banner "4b. fidelity_patterns: expandable segments, peer access"
+# Default-configuration runs are rows of step 4 (and of the gpu suite).
+if (( ! HAVE_GPU )); then
+  row "fidelity configs" SKIP "no GPU"
+elif [[ -z "$SHIM" ]]; then
+  row "fidelity configs" FAIL "libcachalloc.so not built"
+else
+  for variant in static shared; do
+    prog="$BUILD/examples/fidelity_patterns_$variant"
+    name="fidelity_patterns_$variant expandable_segments:true"
+    if [[ ! -x "$prog" ]]; then row "$name" FAIL "not built"; continue; fi
+    log="$WORK/fidelity-$variant-expandable.log"
+    timeout --kill-after=10 "$(budget_for 120)" env LD_PRELOAD="$SHIM" CACHALLOC_CONF=expandable_segments:true \
+      "$prog" range_memset attributes_freed ipc reset expandable_ipc >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    failing=$(grep -E '^[a-z_]+: FAIL' "$log" | grep -v '^fidelity_patterns:' | cut -d: -f1 | paste -sd, -)
+    skipped=$(grep -E '^[a-z_]+: SKIP' "$log" | cut -d: -f1 | paste -sd, -)
+    exported=$(grep -m1 -o '[0-9] of 3 buffers exported.*' "$log")
+    if [[ $rc -eq 0 ]] && grep -q '^fidelity_patterns: PASS$' "$log"; then
+      row "$name" PASS "range_memset attributes_freed ipc reset expandable_ipc: none failed${skipped:+, skipped: $skipped (export refused)}; expandable_ipc: ${exported:-?}"
+    else
+      row "$name" FAIL "exit $rc$(timeout_note $rc); failing: ${failing:-?}; expandable_ipc: ${exported:-?}"
+    fi
+  done
+  # The peer pattern bare, under the shim, and under the shim with expandable
+  # segments (whose pages mapped after enabling need access granted).
+  prog="$BUILD/examples/fidelity_patterns_static"
+  if [[ ! -x "$prog" ]]; then
+    row "fidelity peer" FAIL "not built"
+  else
+    peer_fig="" peer_fail=0 peer_pass=0
+    for mode in bare shim expandable_segments:true; do
+      log="$WORK/fidelity-peer-${mode%%:*}.log"
+      case $mode in
+        bare) timeout --kill-after=10 "$(budget_for 90)" env -u LD_PRELOAD -u CACHALLOC_CONF "$prog" peer >"$log" 2>&1 ;;
+        shim) timeout --kill-after=10 "$(budget_for 90)" env LD_PRELOAD="$SHIM" "$prog" peer >"$log" 2>&1 ;;
+        *) timeout --kill-after=10 "$(budget_for 90)" env LD_PRELOAD="$SHIM" CACHALLOC_CONF="$mode" "$prog" peer >"$log" 2>&1 ;;
+      esac
+      rc=$?
+      cat "$log"
+      line=$(grep -m1 -E '^peer: ' "$log")
+      case "$rc:$line" in
+        0:"peer: PASS") peer_pass=$((peer_pass + 1)); peer_fig+=" $mode PASS;" ;;
+        0:"peer: SKIP"*) peer_fig+=" $mode ${line#peer: };" ;;
+        77:*) peer_fig+=" $mode SKIP (no GPU);" ;;
+        *) peer_fail=1; peer_fig+=" $mode FAIL (exit $rc$(timeout_note $rc): ${line#peer: });" ;;
+      esac
+    done
+    if (( peer_fail )); then row "fidelity peer" FAIL "${peer_fig%;}"
+    elif (( peer_pass )); then row "fidelity peer" PASS "${peer_fig%;}"
+    else row "fidelity peer" SKIP "${peer_fig%;}"; fi
+  fi
+fi
+
 # --- 5. real clients -----------------------------------------------------------
 banner "5. real clients with and without the shim"
 if (( ! HAVE_GPU )); then
@@ -252,7 +371,7 @@ if (( ! HAVE_GPU )); then
 elif [[ -z "$SHIM" ]]; then
   row "clients" FAIL "libcachalloc.so not built"
 else
-  timed clients "$(budget_for 260)" python3 tests/gpu/clients/run_clients.py \
+  timed clients "$(budget_for 300)" python3 tests/gpu/clients/run_clients.py \
     --shim "$SHIM" --out "$WORK/clients" --rows "$WORK/client-rows.tsv"
   rc=$?
   if [[ -s "$WORK/client-rows.tsv" ]]; then cat "$WORK/client-rows.tsv" >>"$ROWS"
@@ -354,15 +473,10 @@ if [[ -x "$BUILD/bench/core_bench" ]]; then
   row "core bench" PASS "$(grep -m1 '512 B |' "$WORK/core-bench.log" | awk -F'|' '{print $3}' | tr -d ' ') ns per 512 B pair"
 fi
 
-# --- results ---------------------------------------------------------------------
-tar -czf "$OUTDIR/artefacts.tar.gz" -C "$WORK" . 2>/dev/null
-{
-  printf '\n===== gpu-check summary (%s, %s s)\n' "${gpu_name:-no GPU}" "$(elapsed)"
-  awk -F'\t' '{ printf "%-48s %-5s %s\n", $1, $2, $3 }' "$ROWS"
-  printf '%s checks: %s PASS, %s FAIL, %s SKIP\n' "$(wc -l <"$ROWS")" \
-    "$(grep -c $'\tPASS\t' "$ROWS")" "$(grep -c $'\tFAIL\t' "$ROWS")" "$(grep -c $'\tSKIP\t' "$ROWS")"
-} | tee "$OUTDIR/summary.txt"
-final=0
-grep -q $'\tFAIL\t' "$ROWS" && final=1
-rm -rf "$WORK"
-exit $final
+# --- 8. numba-cuda's test suites, then the results ------------------------------------
+if [[ $NUMBA_MODE == 1 ]]; then
+  numba_suites_step
+else
+  row "numba suites" SKIP "not run (GPU_CHECK_NUMBA=1 or =only runs them, about 10 minutes)"
+fi
+finish

@@ -120,6 +120,7 @@ struct vm_mapping {
   unsigned long long buffer_id, block_id;
   unsigned sync_memops;
   unsigned char* access;    /* [granule][device]: CUmemAccess_flags */
+  CUmemGenericAllocationHandle handle;  /* what cuMemRetainAllocationHandle returns */
   struct vm_mapping* next;
 };
 
@@ -891,11 +892,12 @@ static CUresult alloc_async(CUdeviceptr* out, size_t size, CUstream s, int ptsz)
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr* out, size_t size, CUstream s) { return alloc_async(out, size, s, 0); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t size, CUstream s) { return alloc_async(out, size, s, 1); }
 
+/* During a capture the real driver frees only graph allocations, which the
+ * fake has none of: any other pointer is CUDA_ERROR_INVALID_VALUE. */
 static CUresult free_async(CUdeviceptr ptr, CUstream s, int ptsz) {
-  (void)s;
   if (ptr == 0) return CUDA_SUCCESS;
   lock_fake();
-  CUresult r = remove_allocation(ptr);
+  CUresult r = resolve_stream(s, ptsz)->capturing ? CUDA_ERROR_INVALID_VALUE : remove_allocation(ptr);
   if (r == CUDA_SUCCESS) {
     stats.mem_free_async++;
     if (ptsz) stats.mem_free_async_ptsz++;
@@ -1366,6 +1368,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
     m->size = size;
     m->device = ph->device;
     m->ctx = current;
+    m->handle = h;
     m->buffer_id = next_buffer_id++;
     m->block_id = ph->id + BLOCK_ID_BIAS;
     m->access = calloc(size / VM_GRANULARITY * MAX_DEVICES, 1);
@@ -1506,6 +1509,61 @@ EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src
   return CUDA_SUCCESS;
 }
 
+/* ---------------- less common entry points ---------------- */
+
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* out) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  struct CUstream_st* st = resolve_stream(s, 0);
+  *out = (st == &legacy_stream || st == &per_thread_stream) ? current : st->ctx;
+  unlock_fake();
+  return CUDA_SUCCESS;
+}
+
+/* Only cuMemMap'ed memory has an allocation handle. */
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr) {
+  if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  struct vm_mapping* m = find_mapping((CUdeviceptr)(uintptr_t)addr);
+  if (m != NULL) *h = m->handle;
+  unlock_fake();
+  return m != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Memory pools: one default pool per device, nothing behind it. */
+static int default_pools[MAX_DEVICES];
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice d) {
+  if (pool == NULL || d < 0 || d >= device_count) return CUDA_ERROR_INVALID_VALUE;
+  *pool = (CUmemoryPool)&default_pools[d];
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
+  return pool != NULL && d >= 0 && d < device_count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  return pool != NULL && (map != NULL || count == 0) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* dma-buf: a duplicate of the allocation's memfd, which keeps its memory
+ * alive after the free, as the real driver does while the fd is open. */
+EXPORT CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+                                              unsigned long long flags) {
+  (void)type;
+  (void)flags;
+  if (handle == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  lock_fake();
+  struct allocation* a = find_allocation(dptr);
+  int fd = -1;
+  if (a != NULL && dptr + size <= (CUdeviceptr)(uintptr_t)a->ptr + a->size) fd = dup(a->fd);
+  unlock_fake();
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  *(int*)handle = fd;
+  return CUDA_SUCCESS;
+}
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuCtxDetach: old, still callable */
+EXPORT CUresult cuCtxDetach(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+
 /* ---------------- errors ---------------- */
 
 static const struct { CUresult code; const char* name; const char* text; } error_table[] = {
@@ -1577,6 +1635,14 @@ static const struct proc_entry proc_table[] = {
   PROC("cuCtxCreate", 12050, 0, cuCtxCreate_v4),
   PROC("cuCtxCreate", 3020, 0, cuCtxCreate_v2),
   PROC("cuCtxDestroy", 4000, 0, cuCtxDestroy_v2),
+  PROC("cuCtxDestroy", 2000, 0, cuCtxDestroy),
+  PROC("cuCtxDetach", 2000, 0, cuCtxDetach),
+  PROC("cuStreamGetCtx", 9020, 0, cuStreamGetCtx),
+  PROC("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),
+  PROC("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
+  PROC("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),
+  PROC("cuMemPoolSetAccess", 11020, 0, cuMemPoolSetAccess),
+  PROC("cuMemGetHandleForAddressRange", 11070, 0, cuMemGetHandleForAddressRange),
   PROC("cuCtxEnablePeerAccess", 4000, 0, cuCtxEnablePeerAccess),
   PROC("cuCtxDisablePeerAccess", 4000, 0, cuCtxDisablePeerAccess),
   PROC("cuStreamCreate", 2000, 0, cuStreamCreate),

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuCtxDetach is tested too */
 #include <unistd.h>
 
 #include <cuda.h>
@@ -71,6 +72,13 @@ static struct {
   PFN_cuIpcGetMemHandle_v4010 ipc_get;
   PFN_cuIpcOpenMemHandle_v11000 ipc_open;
   PFN_cuIpcCloseMemHandle_v4010 ipc_close;
+  PFN_cuStreamBeginCapture_v10010 begin_capture;
+  PFN_cuStreamEndCapture_v10000 end_capture;
+  PFN_cuCtxDetach_v2000 ctx_detach;
+  PFN_cuMemRetainAllocationHandle_v11000 retain_handle;
+  PFN_cuMemGetHandleForAddressRange_v11070 dmabuf;
+  PFN_cuDeviceGetDefaultMemPool_v11020 default_pool;
+  PFN_cuDeviceSetMemPool_v11020 set_pool;
   void (*fake_stats)(struct fake_cuda_stats_t*);
   int (*fake_vm_access)(CUdeviceptr, int);
 } D;
@@ -124,6 +132,13 @@ static int load_api(const char* route) {
   L(ipc_get, "cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010);
   L(ipc_open, "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", 11000);
   L(ipc_close, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010);
+  L(begin_capture, "cuStreamBeginCapture", "cuStreamBeginCapture_v2", 10010);
+  L(end_capture, "cuStreamEndCapture", "cuStreamEndCapture", 10000);
+  L(ctx_detach, "cuCtxDetach", "cuCtxDetach", 2000);
+  L(retain_handle, "cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000);
+  L(dmabuf, "cuMemGetHandleForAddressRange", "cuMemGetHandleForAddressRange", 11070);
+  L(default_pool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020);
+  L(set_pool, "cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020);
 #undef L
   *(void**)&D.fake_stats = dlsym(g_libcuda, "fake_cuda_stats");
   *(void**)&D.fake_vm_access = dlsym(g_libcuda, "fake_cuda_vm_access");
@@ -483,13 +498,13 @@ static int primary_reset(void) {
   return no_leaked_vm();
 }
 
-static int ctx_destroy(void) {
+static int ctx_destroy_with(int detach) {
   CUdevice dev = 0;
   for (int round = 0; round < 3; ++round) {
     CUcontext own = NULL;
     CHECK_CU(D.ctx_create(&own, 0, dev));
     if (warm_cache(8192)) return 1;
-    CHECK_CU(D.ctx_destroy(own));
+    CHECK_CU(detach ? D.ctx_detach(own) : D.ctx_destroy(own));
     CHECK_CU(D.set_current(g_ctx));
     if (usable_allocations(4)) return 1;
   }
@@ -499,6 +514,9 @@ static int ctx_destroy(void) {
   CHECK(stats().dead_context_calls == 0);
   return no_leaked_vm();
 }
+
+static int ctx_destroy(void) { return ctx_destroy_with(0); }
+static int ctx_detach(void) { return ctx_destroy_with(1); }
 
 /* Only the last release destroys the primary context. */
 static int primary_release(void) {
@@ -517,6 +535,107 @@ static int primary_release(void) {
   CHECK_CU(D.set_current(again));
   if (usable_allocations(8)) return 1;
   CHECK(stats().dead_context_calls == 0);
+  return 0;
+}
+
+/* ---------------- calls around the allocation paths ---------------- */
+
+/* During a capture the driver frees only graph allocations: a cuMemFreeAsync
+ * of ordinary memory is refused and changes nothing. */
+static int capture_free(void) {
+  CUstream s;
+  CUdeviceptr p = 0;
+  CHECK_CU(D.stream_create(&s, 0));
+  CHECK_CU(D.alloc_async(&p, 4096, s));
+  if (fill(p, 0x42, 4096)) return 1;
+  CHECK_CU(D.begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK(D.free_async(p, s) == CUDA_ERROR_INVALID_VALUE);
+  CUgraph g;
+  CHECK_CU(D.end_capture(s, &g));
+  /* p is still the program's: nothing else gets it. */
+  CUdeviceptr q = 0;
+  CHECK_CU(D.alloc_async(&q, 4096, s));
+  CHECK(q != p);
+  CHECK(holds(p, 0x42, 4096));
+  CHECK_CU(D.free_async(q, s));
+  CHECK_CU(D.free_async(p, s));
+  CHECK_CU(D.stream_destroy(s));
+  return 0;
+}
+
+/* cuMemAllocAsync allocates on the stream's device: a stream of another
+ * context is not served from the current context's cache. */
+static int other_context_stream(void) {
+  CUcontext c1 = NULL;
+  CUstream s1;
+  CUdeviceptr a = 0, b = 0, p = 0;
+  CHECK_CU(D.retain(&c1, 1));
+  CHECK_CU(D.set_current(c1));
+  CHECK_CU(D.stream_create(&s1, 0));
+  CHECK_CU(D.alloc(&a, 1000)); /* both contexts have caches */
+  CHECK_CU(D.set_current(g_ctx));
+  CHECK_CU(D.alloc(&b, 1000));
+  unsigned long before = stats().mem_alloc_async;
+  CHECK_CU(D.alloc_async(&p, 4096, s1));
+  CHECK(stats().mem_alloc_async == before + 1); /* the driver allocated it */
+  CHECK_CU(D.free_async(p, s1));
+  CHECK_CU(D.free(b));
+  CHECK_CU(D.set_current(c1));
+  CHECK_CU(D.free(a));
+  CHECK_CU(D.stream_destroy(s1));
+  return 0;
+}
+
+/* A program that configures a memory pool wants the pool's memory. */
+static int pools_configured(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CUmemoryPool pool;
+  CHECK_CU(D.stream_create(&s, 0));
+  unsigned long before = stats().mem_alloc_async;
+  CHECK_CU(D.alloc_async(&p, 4096, s));
+  if (g_shim) CHECK(stats().mem_alloc_async == before); /* served by cachalloc */
+  CHECK_CU(D.default_pool(&pool, 0));
+  CHECK_CU(D.set_pool(0, pool));
+  before = stats().mem_alloc_async;
+  CHECK_CU(D.alloc_async(&q, 4096, s));
+  CHECK(stats().mem_alloc_async == before + 1);
+  CHECK_CU(D.free_async(q, s));
+  CHECK_CU(D.free_async(p, s));
+  CHECK_CU(D.stream_destroy(s));
+  return 0;
+}
+
+/* No physical allocation handle for a block (its page would start at
+ * another block), and no shareable handle type. */
+static int allocation_handle(void) {
+  CUdeviceptr p[NBUF];
+  if (make_buffers(p)) return 1;
+  CUmemGenericAllocationHandle h = 0;
+  unsigned long long types = 99;
+  for (size_t i = 0; i < NBUF; ++i) {
+    CHECK(D.retain_handle(&h, (void*)(uintptr_t)(p[i] + 1)) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_CU(D.attr(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p[i]));
+    CHECK(types == 0);
+  }
+  for (size_t i = 0; i < NBUF; ++i) CHECK_CU(D.free(p[i]));
+  return 0;
+}
+
+/* A dma-buf export keeps the block from being handed out again. */
+static int dmabuf_export(void) {
+  CUdeviceptr p[NBUF];
+  if (make_buffers(p)) return 1;
+  int fd = -1;
+  CHECK_CU(D.dmabuf(&fd, p[1], kSizes[1], CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+  CHECK(fd >= 0);
+  CHECK_CU(D.free(p[1]));
+  for (int i = 0; i < 8; ++i) {
+    CUdeviceptr q = 0;
+    CHECK_CU(D.alloc(&q, kSizes[1]));
+    if (g_shim) CHECK(q != p[1]); /* retained: never reused while its segment lives */
+  }
+  close(fd);
   return 0;
 }
 
@@ -571,6 +690,12 @@ int main(int argc, char** argv) {
   if (strcmp(b, "ipc_expandable") == 0) return ipc_expandable();
   if (strcmp(b, "primary_reset") == 0) return primary_reset();
   if (strcmp(b, "ctx_destroy") == 0) return ctx_destroy();
+  if (strcmp(b, "ctx_detach") == 0) return ctx_detach();
+  if (strcmp(b, "capture_free") == 0) return capture_free();
+  if (strcmp(b, "other_context_stream") == 0) return other_context_stream();
+  if (strcmp(b, "pools_configured") == 0) return pools_configured();
+  if (strcmp(b, "allocation_handle") == 0) return allocation_handle();
+  if (strcmp(b, "dmabuf_export") == 0) return dmabuf_export();
   if (strcmp(b, "primary_release") == 0) return primary_release();
   if (strcmp(b, "peer_access") == 0) return peer_access();
   fprintf(stderr, "unknown behaviour %s\n", b);
