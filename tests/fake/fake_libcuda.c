@@ -89,6 +89,7 @@ struct allocation {
   struct CUctx_st* ctx;
   unsigned long long buffer_id;
   unsigned sync_memops;
+  int graph;        /* allocated on a capturing stream: a graph allocation */
 };
 
 /* Memory mapped by cuIpcOpenMemHandle: one per distinct handle. */
@@ -876,10 +877,10 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 static CUresult alloc_async(CUdeviceptr* out, size_t size, CUstream s, int ptsz) {
-  (void)s;
   lock_fake();
   init_once();
   CUresult r = add_allocation(out, size);
+  if (r == CUDA_SUCCESS && resolve_stream(s, ptsz)->capturing) find_allocation(*out)->graph = 1;
   if (r == CUDA_SUCCESS) {
     stats.mem_alloc_async++;
     if (ptsz) stats.mem_alloc_async_ptsz++;
@@ -892,12 +893,14 @@ static CUresult alloc_async(CUdeviceptr* out, size_t size, CUstream s, int ptsz)
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr* out, size_t size, CUstream s) { return alloc_async(out, size, s, 0); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t size, CUstream s) { return alloc_async(out, size, s, 1); }
 
-/* During a capture the real driver frees only graph allocations, which the
- * fake has none of: any other pointer is CUDA_ERROR_INVALID_VALUE. */
+/* During a capture the real driver frees only graph allocations (made on a
+ * capturing stream): any other pointer is CUDA_ERROR_INVALID_VALUE. */
 static CUresult free_async(CUdeviceptr ptr, CUstream s, int ptsz) {
   if (ptr == 0) return CUDA_SUCCESS;
   lock_fake();
-  CUresult r = resolve_stream(s, ptsz)->capturing ? CUDA_ERROR_INVALID_VALUE : remove_allocation(ptr);
+  struct allocation* a = find_allocation(ptr);
+  const int refused = resolve_stream(s, ptsz)->capturing && (a == NULL || !a->graph);
+  CUresult r = refused ? CUDA_ERROR_INVALID_VALUE : remove_allocation(ptr);
   if (r == CUDA_SUCCESS) {
     stats.mem_free_async++;
     if (ptsz) stats.mem_free_async_ptsz++;
