@@ -831,10 +831,20 @@ void ipc_round(bool keep_preload) {
       }
     }
     sync_ok("ipc: new buffers after the free");
-    if (write(child.cmd, "check\n", 6) != 6) fail("could not send the check command to the child");
-    const int late_fails = await_report(child, "END2", 60);
-    if (late_fails > 0)
-      fail("the child no longer read the old contents of buffers the parent freed (%d failures)", late_fails);
+    // cuda.h calls freeing exported memory before the importer closes it
+    // undefined; the bare driver reuses a small sub-allocation at once
+    // (measured on the H100) while cachalloc promises never to reuse an
+    // exported block: checked only under cachalloc.
+    const bool under_cachalloc = preload != nullptr && std::strstr(preload, "cachalloc") != nullptr;
+    if (!under_cachalloc) {
+      note("bare driver: reuse of freed exported memory not checked (undefined in cuda.h)");
+      if (write(child.cmd, "skip\n", 5) != 5) fail("could not send the skip command to the child");
+    } else {
+      if (write(child.cmd, "check\n", 6) != 6) fail("could not send the check command to the child");
+      const int late_fails = await_report(child, "END2", 60);
+      if (late_fails > 0)
+        fail("the child no longer read the old contents of buffers the parent freed (%d failures)", late_fails);
+    }
   }
   const int status = finish_child(child, 30);
   if (status != 0 && status != -1) fail("the child exited with %d", status);

@@ -1,0 +1,1 @@
+from . import _Unavailable as FInput  # noqa: F401

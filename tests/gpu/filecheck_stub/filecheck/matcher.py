@@ -1,0 +1,1 @@
+from . import _Unavailable as Matcher, _Unavailable as Options  # noqa: F401
