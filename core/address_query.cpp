@@ -46,4 +46,18 @@ Status CachingAllocator::mark_exported(DevicePtr block, std::uint64_t id) {
   return kSuccess;
 }
 
+std::size_t CachingAllocator::mark_range_exported(DevicePtr lo, DevicePtr hi) {
+  std::lock_guard lock(mutex_);
+  std::size_t marked = 0;
+  auto it = segments_.upper_bound(lo);  // from the segment holding lo (or the one before) on
+  if (it != segments_.begin()) --it;
+  for (; it != segments_.end() && it->second->base < hi; ++it)
+    for (Block* b = it->second->head; b != nullptr; b = b->next)
+      if (b->allocated && b->ptr < hi && lo < b->ptr + b->size) {
+        b->exported = true;
+        ++marked;
+      }
+  return marked;
+}
+
 }  // namespace cachalloc

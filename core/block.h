@@ -9,9 +9,11 @@
 //    after an IPC export: never reused while its segment lives, because an
 //    importer may still map it; in no pool), or free (in its segment's pool,
 //    keyed by (stream, size, ptr)).
-//  * A segment holding a retained block also holds an allocated or pending
-//    block: once neither is left the whole segment goes back to the driver,
-//    which keeps exported memory alive for its importers.
+//  * A (non-expandable) segment holding a retained block also holds an
+//    allocated or pending block: once neither is left the whole segment goes
+//    back to the driver, which keeps exported memory alive for importers.
+//    Retained blocks of expandable segments stay mapped until the context
+//    dies.
 //  * No two neighbouring blocks are both free: free() merges them.
 //  * Every block of a segment carries the segment's stream and pool; a block
 //    is only reused on that stream (cross-stream reuse goes through events).

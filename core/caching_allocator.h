@@ -96,6 +96,9 @@ class CachingAllocator {
   // free it is retained (never reused) until its whole segment can go back
   // to the driver.  kInvalidValue when that allocation is no longer live.
   Status mark_exported(DevicePtr block, std::uint64_t id);
+  // The same for every live block overlapping [lo, hi), expandable segments
+  // included (a dma-buf export of an address range): returns how many.
+  std::size_t mark_range_exported(DevicePtr lo, DevicePtr hi);
 
   // Grants (or revokes) device `peer` access to every page mapped in an
   // expandable segment, now and whenever pages are mapped later: driver

@@ -230,7 +230,7 @@ std::size_t CachingAllocator::mapped_bytes(const Segment* seg) const {
 std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
   std::size_t n = 0;
   for (const Block* b = seg->head; b != nullptr; b = b->next) {
-    if (b->allocated || !b->mapped) continue;
+    if (b->allocated || b->retained || !b->mapped) continue;
     const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
     const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
     if (lo < hi) n += hi - lo;

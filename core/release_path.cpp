@@ -51,7 +51,11 @@ void CachingAllocator::retain(Block* block) {
 
 // Releases `seg` when nothing in it is allocated or waiting on events: what
 // is left is free or retained memory.
+// An expandable segment keeps retained pages mapped until the context dies
+// (it is one reservation for many blocks; its pages are not exported
+// through IPC, only through dma-buf ranges).
 void CachingAllocator::release_if_idle(Segment* seg) {
+  if (seg->expandable) return;
   for (const Block* b = seg->head; b != nullptr; b = b->next)
     if (b->allocated || b->pending_events != 0) return;
   const bool small = seg->small;

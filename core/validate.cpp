@@ -84,8 +84,7 @@ void CachingAllocator::validate() const {
       }
       if (b->retained) {
         ++retained;
-        check(!b->allocated && b->pending_events == 0 && !seg->expandable, "retained block in use or expandable",
-              b->ptr);
+        check(!b->allocated && b->pending_events == 0 && b->mapped, "retained block in use or unmapped", b->ptr);
       }
       check(!b->exported || b->allocated, "exported flag on a block not allocated", b->ptr);
       busy = busy || b->allocated || b->pending_events != 0;
@@ -119,7 +118,8 @@ void CachingAllocator::validate() const {
     }
     check(expect == seg->base + seg->size, "blocks do not reach the segment end", base);
     check(retained == seg->retained, "segment's retained count disagrees with its blocks", base);
-    check(retained == 0 || busy, "segment of only free and retained blocks was not released", base);
+    check(retained == 0 || busy || seg->expandable, "segment of only free and retained blocks was not released",
+          base);
   }
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);

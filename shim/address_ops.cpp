@@ -1,7 +1,10 @@
 // address_ops.cpp — address ranges and pointer attributes of cachalloc blocks.
 #include "address_ops.h"
 
+#include <atomic>
+
 #include "context_registry.h"
+#include "log.h"
 #include "process_state.h"
 
 namespace cachalloc::shim {
@@ -91,6 +94,19 @@ CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribu
   AddressInfo info;
   if (owner_of(ptr, &info) != nullptr && !info.live) return CUDA_ERROR_INVALID_VALUE;
   return driver()->cuPointerSetAttribute(value, attribute, ptr);
+}
+
+bool inside_cachalloc_memory(CUdeviceptr ptr) {
+  return serving(current_mode()) && find_owner(static_cast<DevicePtr>(ptr)) != nullptr;
+}
+
+void warn_green_context() {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  obs::logger().error(
+      "cuGreenCtxCreate: cachalloc does not support green contexts: a free does not wait for work on green-context "
+      "streams, and their allocations are cached apart from the primary context's; run this program without "
+      "cachalloc");
 }
 
 CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {

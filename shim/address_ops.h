@@ -37,5 +37,13 @@ CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribu
 // for which the driver answers CUDA_ERROR_INVALID_VALUE; never the physical
 // page handle of an expandable segment (its offset 0 is another block).
 CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr);
+// cuMemMap / cuMemUnmap / cuMemSetAccess by the program on an address inside
+// a cachalloc segment: the driver refuses them on cuMemAlloc memory, and
+// letting them through would map, unmap or revoke cachalloc's own pages.
+// True when the call must be refused with CUDA_ERROR_INVALID_VALUE.
+bool inside_cachalloc_memory(CUdeviceptr ptr);
+// cuGreenCtxCreate: green contexts are not supported (docs/DRIVER-AUDIT.md);
+// says so once on the log.
+void warn_green_context();
 
 }  // namespace cachalloc::shim

@@ -199,6 +199,38 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle
   });
 }
 
+// The program's own virtual-memory calls, refused on cachalloc's memory.
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemMap);
+    return inside_cachalloc_memory(ptr) ? CUDA_ERROR_INVALID_VALUE : real_fn(ptr, size, offset, handle, flags);
+  });
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemUnmap);
+    return inside_cachalloc_memory(ptr) ? CUDA_ERROR_INVALID_VALUE : real_fn(ptr, size);
+  });
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuMemSetAccess);
+    return inside_cachalloc_memory(ptr) ? CUDA_ERROR_INVALID_VALUE : real_fn(ptr, size, desc, count);
+  });
+}
+
+EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuGreenCtxCreate);
+    const CUresult r = real_fn(phCtx, desc, dev, flags);
+    if (r == CUDA_SUCCESS) warn_green_context();
+    return r;
+  });
+}
+
 // ---- IPC: a handle describes the block (ipc_ops.h) ----
 
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {

@@ -54,6 +54,10 @@ const ByName kByName[] = {
     {"cuMemGetHandleForAddressRange", W(cuMemGetHandleForAddressRange)},
     {"cuDeviceSetMemPool", W(cuDeviceSetMemPool)},
     {"cuMemPoolSetAccess", W(cuMemPoolSetAccess)},
+    {"cuMemMap", W(cuMemMap)},
+    {"cuMemUnmap", W(cuMemUnmap)},
+    {"cuMemSetAccess", W(cuMemSetAccess)},
+    {"cuGreenCtxCreate", W(cuGreenCtxCreate)},
 };
 
 // A base name as cuGetProcAddress sees it: the wrapper applies from
@@ -90,6 +94,10 @@ const ByBase kByBase[] = {
     {"cuMemGetHandleForAddressRange", 11070, W(cuMemGetHandleForAddressRange), nullptr},
     {"cuDeviceSetMemPool", 11020, W(cuDeviceSetMemPool), nullptr},
     {"cuMemPoolSetAccess", 11020, W(cuMemPoolSetAccess), nullptr},
+    {"cuMemMap", 10020, W(cuMemMap), nullptr},
+    {"cuMemUnmap", 10020, W(cuMemUnmap), nullptr},
+    {"cuMemSetAccess", 10020, W(cuMemSetAccess), nullptr},
+    {"cuGreenCtxCreate", 12040, W(cuGreenCtxCreate), nullptr},
     // The 7.0 and 11.0 entry points of these two differ in name only.
     {"cuDevicePrimaryCtxReset", 11000, W(cuDevicePrimaryCtxReset_v2), nullptr},
     {"cuDevicePrimaryCtxReset", 7000, W(cuDevicePrimaryCtxReset), nullptr},

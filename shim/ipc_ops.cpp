@@ -77,10 +77,10 @@ CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr) {
 
 CUresult do_get_handle_for_address_range(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
                                          unsigned long long flags) {
-  AddressInfo info;
-  ContextState* owner = serving(current_mode()) ? find_owner(static_cast<DevicePtr>(dptr), &info) : nullptr;
+  ContextState* owner = serving(current_mode()) ? find_owner(static_cast<DevicePtr>(dptr)) : nullptr;
   const CUresult r = real_driver()->cuMemGetHandleForAddressRange(handle, dptr, size, type, flags);
-  if (r == CUDA_SUCCESS && owner != nullptr && info.live) owner->allocator().mark_exported(info.block, info.id);
+  // Programs round the range out to pages: every block it touches is kept.
+  if (r == CUDA_SUCCESS && owner != nullptr) owner->allocator().mark_range_exported(dptr, dptr + size);
   return r;
 }
 

@@ -30,8 +30,8 @@ namespace cachalloc::shim {
 
 CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr);
 // cuMemGetHandleForAddressRange (dma-buf for a NIC or another driver): the
-// driver keeps the memory alive while the fd is open, so the block holding
-// `dptr` is retained after its free exactly like an IPC export.
+// driver keeps the memory alive while the fd is open, so every block the
+// range touches is retained after its free exactly like an IPC export.
 CUresult do_get_handle_for_address_range(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
                                          unsigned long long flags);
 

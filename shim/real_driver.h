@@ -52,6 +52,7 @@ struct RealDriver {
   PFN_cuMemGetHandleForAddressRange_v11070 cuMemGetHandleForAddressRange = nullptr;
   PFN_cuDeviceSetMemPool_v11020 cuDeviceSetMemPool = nullptr;
   PFN_cuMemPoolSetAccess_v11020 cuMemPoolSetAccess = nullptr;
+  PFN_cuGreenCtxCreate_v12040 cuGreenCtxCreate = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional

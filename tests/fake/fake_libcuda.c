@@ -1514,6 +1514,16 @@ EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src
 
 /* ---------------- less common entry points ---------------- */
 
+/* Green contexts: a handle and nothing behind it (the shim only warns). */
+static int green_contexts;
+EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* out, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+  (void)desc;
+  (void)flags;
+  if (out == NULL || dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_VALUE;
+  *out = (CUgreenCtx)&green_contexts;
+  return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* out) {
   if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
   lock_fake();
@@ -1641,6 +1651,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuCtxDestroy", 2000, 0, cuCtxDestroy),
   PROC("cuCtxDetach", 2000, 0, cuCtxDetach),
   PROC("cuStreamGetCtx", 9020, 0, cuStreamGetCtx),
+  PROC("cuGreenCtxCreate", 12040, 0, cuGreenCtxCreate),
   PROC("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),
   PROC("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
   PROC("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),

@@ -79,6 +79,14 @@ static struct {
   PFN_cuMemGetHandleForAddressRange_v11070 dmabuf;
   PFN_cuDeviceGetDefaultMemPool_v11020 default_pool;
   PFN_cuDeviceSetMemPool_v11020 set_pool;
+  PFN_cuMemAddressReserve_v10020 reserve;
+  PFN_cuMemAddressFree_v10020 unreserve;
+  PFN_cuMemCreate_v10020 mem_create;
+  PFN_cuMemRelease_v10020 mem_release;
+  PFN_cuMemMap_v10020 mem_map;
+  PFN_cuMemUnmap_v10020 mem_unmap;
+  PFN_cuMemSetAccess_v10020 set_access;
+  PFN_cuGreenCtxCreate_v12040 green_create;
   void (*fake_stats)(struct fake_cuda_stats_t*);
   int (*fake_vm_access)(CUdeviceptr, int);
 } D;
@@ -139,6 +147,14 @@ static int load_api(const char* route) {
   L(dmabuf, "cuMemGetHandleForAddressRange", "cuMemGetHandleForAddressRange", 11070);
   L(default_pool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020);
   L(set_pool, "cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020);
+  L(reserve, "cuMemAddressReserve", "cuMemAddressReserve", 10020);
+  L(unreserve, "cuMemAddressFree", "cuMemAddressFree", 10020);
+  L(mem_create, "cuMemCreate", "cuMemCreate", 10020);
+  L(mem_release, "cuMemRelease", "cuMemRelease", 10020);
+  L(mem_map, "cuMemMap", "cuMemMap", 10020);
+  L(mem_unmap, "cuMemUnmap", "cuMemUnmap", 10020);
+  L(set_access, "cuMemSetAccess", "cuMemSetAccess", 10020);
+  L(green_create, "cuGreenCtxCreate", "cuGreenCtxCreate", 12040);
 #undef L
   *(void**)&D.fake_stats = dlsym(g_libcuda, "fake_cuda_stats");
   *(void**)&D.fake_vm_access = dlsym(g_libcuda, "fake_cuda_vm_access");
@@ -639,6 +655,57 @@ static int dmabuf_export(void) {
   return 0;
 }
 
+/* The program's own virtual memory works as ever; cachalloc's blocks are
+ * cuMemAlloc memory to it, which the VM calls refuse. */
+static int vmm_calls(void) {
+  const size_t page = 2 * MiB;
+  CUdeviceptr va = 0, p = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemAccessDesc rw = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CHECK_CU(D.reserve(&va, 2 * page, 0, 0, 0));
+  CHECK_CU(D.mem_create(&h, page, &prop, 0));
+  CHECK_CU(D.mem_map(va, page, 0, h, 0));
+  CHECK_CU(D.set_access(va, page, &rw, 1));
+  if (fill(va, 0x61, 4096)) return 1;
+  CHECK(holds(va, 0x61, 4096));
+  CHECK_CU(D.alloc(&p, 20 * MiB)); /* a block; a whole 20 MiB page under expandable segments */
+  CHECK(D.mem_unmap(p, 20 * MiB) != CUDA_SUCCESS);
+  CHECK(D.set_access(p, 20 * MiB, &rw, 1) != CUDA_SUCCESS);
+  if (fill(p, 0x62, 20 * MiB)) return 1; /* still mapped and usable */
+  CHECK(holds(p, 0x62, 20 * MiB));
+  CHECK_CU(D.free(p));
+  CHECK_CU(D.mem_unmap(va, page));
+  CHECK_CU(D.mem_release(h));
+  CHECK_CU(D.unreserve(va, 2 * page));
+  return 0;
+}
+
+/* Green contexts are not supported: the first one is announced on stderr. */
+static int green_context(void) {
+  char path[] = "/tmp/fidelity-green-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  int saved = dup(2);
+  dup2(fd, 2);
+  CUgreenCtx g = NULL;
+  CUdevResourceDesc desc = NULL;
+  CUresult r = D.green_create(&g, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM);
+  dup2(saved, 2);
+  close(saved);
+  char text[2048] = "";
+  lseek(fd, 0, SEEK_SET);
+  ssize_t n = read(fd, text, sizeof text - 1);
+  text[n > 0 ? n : 0] = 0;
+  close(fd);
+  unlink(path);
+  CHECK(r == CUDA_SUCCESS);
+  CHECK((strstr(text, "does not support green contexts") != NULL) == g_shim);
+  return 0;
+}
+
 /* ---------------- peer access (expandable segments) ---------------- */
 
 static int peer_access(void) {
@@ -696,6 +763,8 @@ int main(int argc, char** argv) {
   if (strcmp(b, "pools_configured") == 0) return pools_configured();
   if (strcmp(b, "allocation_handle") == 0) return allocation_handle();
   if (strcmp(b, "dmabuf_export") == 0) return dmabuf_export();
+  if (strcmp(b, "vmm_calls") == 0) return vmm_calls();
+  if (strcmp(b, "green_context") == 0) return green_context();
   if (strcmp(b, "primary_release") == 0) return primary_release();
   if (strcmp(b, "peer_access") == 0) return peer_access();
   fprintf(stderr, "unknown behaviour %s\n", b);

@@ -188,3 +188,34 @@ TEST_CASE("peer access: classic segments need nothing (driver peer access covers
   CHECK(f.alloc->set_peer_access(1, true) == kSuccess);
   CHECK(f.alloc->set_peer_access(1, false) == kSuccess);
 }
+
+TEST_CASE("dma-buf: every live block a range touches is retained after its free") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(1000);
+  const DevicePtr b = f.malloc(1000);
+  const DevicePtr c = f.malloc(1000);
+  const DevicePtr d = f.malloc(1000);
+  // A page-rounded range over b reaches into a and c, not d.
+  CHECK(f.alloc->mark_range_exported(a + 600, c + 10) == 3);
+  f.alloc->validate();
+  CHECK(query(f, a).exported);
+  CHECK(query(f, b).exported);
+  CHECK(query(f, c).exported);
+  CHECK_FALSE(query(f, d).exported);
+  f.free(b);
+  for (int i = 0; i < 4; ++i) CHECK(f.malloc(1000) != b);
+  (void)d;
+}
+
+TEST_CASE("dma-buf: a retained block of an expandable segment stays mapped, out of reuse and of releasable bytes") {
+  Config c;
+  c.expandable_segments = true;
+  AllocFixture f(c, 1 * GiB);
+  const DevicePtr a = f.malloc(1000);
+  CHECK(f.alloc->mark_range_exported(a, a + 1000) == 1);
+  f.free(a);
+  CHECK(f.malloc(1000) != a);
+  f.empty_cache();
+  CHECK(f.backend.live_mappings() == 1);  // the page under a stays
+  CHECK(f.alloc->releasable_bytes() == 0);
+}
