@@ -87,22 +87,35 @@ thread_local bool t_repeat_oom = false;
 
 std::atomic<bool> g_pools_configured{false};
 
-// Whether `stream` (a real handle) belongs to another context than `ctx`.
-// Only asked while several contexts have caches.
-bool stream_of_other_context(const ContextState& ctx, CUstream stream, bool ptsz) {
-  if (live_context_count() < 2 || stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
-    return false;
-  (void)ptsz;
+// Whether `stream` belongs to another context than `ctx`.  The default
+// streams are the current context's; another handle is asked about once per
+// (thread, context, stream) until a stream is destroyed (its handle may be
+// reused).  Not while a capture is in flight: a query there can invalidate a
+// thread-local capture (seen with cuStreamGetFlags on the H200).
+bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
+  thread_local const ContextState* t_ctx = nullptr;
+  thread_local CUstream t_stream = nullptr;
+  thread_local std::uint64_t t_generation = 0;
+  thread_local bool t_other = false;
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  if (t_ctx == &ctx && t_stream == stream && t_generation == generation) [[likely]] return t_other;
+  if (capture_in_flight() || driver()->cuStreamGetCtx == nullptr) return false;
   CUcontext owner = nullptr;
-  if (driver()->cuStreamGetCtx == nullptr || driver()->cuStreamGetCtx(stream, &owner) != CUDA_SUCCESS) return false;
-  return owner != ctx.context();
+  const bool other = driver()->cuStreamGetCtx(stream, &owner) == CUDA_SUCCESS && owner != ctx.context();
+  t_ctx = &ctx;
+  t_stream = stream;
+  t_generation = generation;
+  t_other = other;
+  return other;
 }
 
 }  // namespace
 
 bool serve_async_on(const ContextState& ctx, CUstream stream, bool ptsz) {
   if (g_pools_configured.load(std::memory_order_relaxed)) [[unlikely]] return false;
-  return !stream_of_other_context(ctx, stream, ptsz);
+  (void)ptsz;  // a _ptsz handle 0 is the per-thread stream: the current context's
+  return !stream_of_other_context(ctx, stream);
 }
 
 void note_pools_configured(const char* call) {

@@ -584,20 +584,26 @@ static int capture_free(void) {
 static int other_context_stream(void) {
   CUcontext c1 = NULL;
   CUstream s1;
-  CUdeviceptr a = 0, b = 0, p = 0;
+  CUdeviceptr b = 0, p = 0;
   CHECK_CU(D.retain(&c1, 1));
   CHECK_CU(D.set_current(c1));
-  CHECK_CU(D.stream_create(&s1, 0));
-  CHECK_CU(D.alloc(&a, 1000)); /* both contexts have caches */
+  CHECK_CU(D.stream_create(&s1, 0)); /* device 1 has a stream, no allocation yet */
   CHECK_CU(D.set_current(g_ctx));
   CHECK_CU(D.alloc(&b, 1000));
   unsigned long before = stats().mem_alloc_async;
   CHECK_CU(D.alloc_async(&p, 4096, s1));
   CHECK(stats().mem_alloc_async == before + 1); /* the driver allocated it */
   CHECK_CU(D.free_async(p, s1));
+  /* The current context's own stream is still served from its cache. */
+  CUstream s0;
+  CHECK_CU(D.stream_create(&s0, 0));
+  before = stats().mem_alloc_async;
+  CHECK_CU(D.alloc_async(&p, 4096, s0));
+  if (g_shim) CHECK(stats().mem_alloc_async == before);
+  CHECK_CU(D.free_async(p, s0));
+  CHECK_CU(D.stream_destroy(s0));
   CHECK_CU(D.free(b));
   CHECK_CU(D.set_current(c1));
-  CHECK_CU(D.free(a));
   CHECK_CU(D.stream_destroy(s1));
   return 0;
 }
