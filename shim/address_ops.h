@@ -42,7 +42,7 @@ CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, v
 // letting them through would map, unmap or revoke cachalloc's own pages.
 // True when the call must be refused with CUDA_ERROR_INVALID_VALUE.
 bool inside_cachalloc_memory(CUdeviceptr ptr);
-// cuGreenCtxCreate: green contexts are not supported (docs/DRIVER-AUDIT.md);
+// cuGreenCtxCreate: green contexts are not supported (docs/INTERPOSER.md, the audit);
 // says so once on the log.
 void warn_green_context();
 
