@@ -16,6 +16,7 @@
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
 #   7. other configurations, observability dumps, core benchmark
 #   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
+#   9. reliability: compute-sanitizer bare vs shim, a PyTorch soak (only with GPU_CHECK_RELIABILITY)
 # and prints LAST a table: one row per check (name, PASS/FAIL/SKIP, key figure).
 #
 # Without a GPU it still configures, builds and runs what it can; GPU steps
@@ -25,7 +26,9 @@
 # Environment: BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET (seconds for
 # the whole run, default 540), JOBS (default nproc), GPU_CHECK_NUMBA (unset:
 # step 8 is skipped; 1: step 8 runs last, within what is left of the budget;
-# only: steps 1, 2 and 8 alone, for a call of its own), GPU_CHECK_NUMBA_SUITE
+# only: steps 1, 2 and 8 alone, for a call of its own), GPU_CHECK_RELIABILITY
+# (unset: skipped; 1: step 9 at the end; only: steps 1, 2 and 9 alone) with
+# GPU_CHECK_SOAK_SECONDS (default 180), GPU_CHECK_NUMBA_SUITE
 # (cudadrv, cudapy or both; default both), GPU_CHECK_NUMBA_CONCURRENT=1 (bare
 # and shim runs of a suite at the same time).
 set -u
@@ -37,6 +40,8 @@ BUILD=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
 NUMBA_MODE=${GPU_CHECK_NUMBA:-0}
+RELIABILITY_MODE=${GPU_CHECK_RELIABILITY:-0}
+SOAK_SECONDS=${GPU_CHECK_SOAK_SECONDS:-180}
 NUMBA_SUITE=${GPU_CHECK_NUMBA_SUITE:-both}
 mkdir -p "$OUTDIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
@@ -162,6 +167,25 @@ finish() {
   rm -rf "$WORK"
   exit $final
 }
+
+# --- 9. reliability (issue 10): compute-sanitizer over the examples bare and
+# under the shim, and a PyTorch soak (a function: GPU_CHECK_RELIABILITY=only
+# runs it right after the build; =1 at the end) --------------------------------
+reliability_step() {
+  banner "9. reliability: compute-sanitizer, soak (${SOAK_SECONDS} s under the shim, then bare)"
+  if (( ! HAVE_GPU )); then row "reliability" SKIP "no GPU"; return; fi
+  if [[ -z "$SHIM" ]]; then row "reliability" FAIL "libcachalloc.so not built"; return; fi
+  timed sanitizer "$(budget_for 400)" tests/gpu/run_sanitizer.sh "$SHIM" "$BUILD" "$WORK/sanitizer" "$ROWS"
+  timed soak "$(budget_for $(( 2 * SOAK_SECONDS + 120 )))" python3 tests/gpu/run_soak.py --shim "$SHIM" \
+    --seconds "$SOAK_SECONDS" --out "$WORK/soak" --rows "$ROWS"
+  [[ -f "$WORK/soak/soak-shim.json" ]] && cp "$WORK/soak/soak-shim.json" "$WORK/soak/soak-bare.json" "$OUTDIR/" 2>/dev/null
+}
+
+if [[ $RELIABILITY_MODE == only ]]; then
+  echo "GPU_CHECK_RELIABILITY=only: steps 3-8 are left out"
+  reliability_step
+  finish
+fi
 
 if [[ $NUMBA_MODE == only ]]; then
   echo "GPU_CHECK_NUMBA=only: steps 3-7 are left out"
@@ -478,5 +502,10 @@ if [[ $NUMBA_MODE == 1 ]]; then
   numba_suites_step
 else
   row "numba suites" SKIP "not run (GPU_CHECK_NUMBA=1 or =only runs them, about 10 minutes)"
+fi
+if [[ $RELIABILITY_MODE == 1 ]]; then
+  reliability_step
+else
+  row "reliability" SKIP "not run (GPU_CHECK_RELIABILITY=1 or =only: compute-sanitizer and a soak, about 10 minutes)"
 fi
 finish
