@@ -38,6 +38,17 @@ bool primary_active(CUdevice device) {
          d->cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS || active != 0;
 }
 
+// Runs `real`, a reset or a release of `device`'s primary context, and
+// retires the primary's cache when the call destroyed it: a reset always
+// does, a release only when it dropped the last reference.
+CUresult end_primary(CUdevice device, CUresult (*real)(CUdevice), bool always_destroys) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUcontext primary = tracking() ? active_primary(device) : nullptr;
+  const CUresult r = real(device);
+  if (r == CUDA_SUCCESS && primary != nullptr && (always_destroys || !primary_active(device))) forget_context(primary);
+  return r;
+}
+
 // The calling thread's current context and its device.
 bool current_context(CUcontext* ctx, int* device) {
   CUdevice dev = 0;
@@ -58,23 +69,12 @@ CUresult do_ctx_destroy(CUcontext ctx, CUresult (*real)(CUcontext)) {
 
 CUresult do_primary_ctx_reset(CUdevice device, bool v2) {
   const RealDriver* d = driver();
-  const auto real = v2 ? d->cuDevicePrimaryCtxReset_v2 : d->cuDevicePrimaryCtxReset;
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUcontext primary = tracking() ? active_primary(device) : nullptr;
-  const CUresult r = real(device);
-  if (r == CUDA_SUCCESS && primary != nullptr) forget_context(primary);
-  return r;
+  return end_primary(device, v2 ? d->cuDevicePrimaryCtxReset_v2 : d->cuDevicePrimaryCtxReset, true);
 }
 
 CUresult do_primary_ctx_release(CUdevice device, bool v2) {
   const RealDriver* d = driver();
-  const auto real = v2 ? d->cuDevicePrimaryCtxRelease_v2 : d->cuDevicePrimaryCtxRelease;
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUcontext primary = tracking() ? active_primary(device) : nullptr;
-  const CUresult r = real(device);
-  // Only the last reference destroys the context.
-  if (r == CUDA_SUCCESS && primary != nullptr && !primary_active(device)) forget_context(primary);
-  return r;
+  return end_primary(device, v2 ? d->cuDevicePrimaryCtxRelease_v2 : d->cuDevicePrimaryCtxRelease, false);
 }
 
 CUresult do_ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
