@@ -13,8 +13,12 @@ namespace cachalloc {
 
 Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
+  if (size > kMaxRequestSize) [[unlikely]] {  // rounding it could only overflow
+    report_oom(size, size, stream);
+    return kOutOfMemory;
+  }
   // Blocks waiting on other streams come back before we look for one.
-  if (!pending_.empty()) process_events();
+  if (!pending_.empty() || !unsynced_.empty()) process_events();
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
@@ -67,7 +71,8 @@ Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, Stre
   Block* block = *it;
   const std::size_t max_split = config_.max_split_size;
   if (size < max_split && block->size >= max_split) return nullptr;
-  if (size >= max_split && block->size >= size + config_.max_non_split_rounding) return nullptr;
+  // (block->size >= size here; subtracting cannot wrap where adding could.)
+  if (size >= max_split && block->size - size >= config_.max_non_split_rounding) return nullptr;
   pool.blocks.erase(it);
   return block;
 }

@@ -172,6 +172,8 @@ class CachingAllocator {
   void reactivate(Block* block);
   void process_events();
   void synchronize_events();
+  bool wait_event(EventId event);
+  void settle_unsynced();
 
   // Giving memory back (release_path.cpp).
   void release_segment(Block* block);
@@ -226,6 +228,10 @@ class CachingAllocator {
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;  // per stream, in record order
+  // Blocks whose last use nothing could bound (no event recorded, and the
+  // device synchronization failed too): each holds one pending count until
+  // a device synchronization succeeds.
+  std::vector<Block*> unsynced_;
   std::vector<EventId> spare_events_;
   DeviceStats stats_;
   AllocatorObserver* observer_ = nullptr;

@@ -8,6 +8,7 @@
 // Parsing happens into a copy, so a bad text never half-applies.
 #include "config.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <charconv>
@@ -279,8 +280,69 @@ bool brackets_balanced(std::string_view s) {
   return depth == 0;
 }
 
+// Text from the environment as a message shows it: control and non-ASCII
+// bytes as \xNN (nothing reaches the terminal raw), and at most kShownBytes
+// of it, so that a 1 MB CACHALLOC_CONF still gives a one-line message.
+constexpr std::size_t kShownBytes = 80;
+
+std::string shown(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kShownBytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (text.size() > kShownBytes) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string malformed(std::string_view item) {
-  return "CACHALLOC_CONF: malformed item '" + std::string(item) + "'; expected key:value";
+  return "CACHALLOC_CONF: malformed item '" + shown(item) + "'; expected key:value";
+}
+
+// Levenshtein distance, for "did you mean" (keys are short).
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known key a misspelled `key` most likely meant ("" if none is close):
+// the same key in another case, one that starts with it (PyTorch's
+// max_split_size without _mb), or one at most 3 edits away.
+std::string closest_key(std::string_view key) {
+  if (key.size() > 64) return "";
+  const std::string low = lower(key);
+  const KeyHandler* best = nullptr;
+  std::size_t best_distance = 4;
+  for (const KeyHandler& h : kHandlers) {
+    const std::string_view k = h.key;
+    if (low == k || (low.size() >= 4 && k.starts_with(low))) return h.key;
+    const std::size_t d = edit_distance(low, k);
+    if (d < best_distance) best = &h, best_distance = d;
+  }
+  return best != nullptr ? best->key : "";
+}
+
+std::string unknown_key(const std::string& key) {
+  const std::string guess = closest_key(key);
+  return "CACHALLOC_CONF: unknown key '" + shown(key) + "'" +
+         (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; known keys: " + known_keys();
 }
 
 // Applies one "key:value" item; the value runs from the first colon on, so
@@ -291,11 +353,11 @@ std::string apply_item(std::string_view item, Config& config) {
   const std::string key = strip_all_space(item.substr(0, colon));
   if (key.empty() || key.find_first_of("[]") != std::string::npos) return malformed(item);
   const KeyHandler* h = find_handler(key);
-  if (!h) return "CACHALLOC_CONF: unknown key '" + key + "'; known keys: " + known_keys();
+  if (!h) return unknown_key(key);
   const std::string value = h->is_path ? std::string(trim(item.substr(colon + 1)))
                                        : strip_all_space(item.substr(colon + 1));
   if (h->set(value, config)) return "";
-  return "CACHALLOC_CONF: " + key + ": '" + value + "' is not valid; expected " + h->expected;
+  return "CACHALLOC_CONF: " + key + ": '" + shown(value) + "' is not valid; expected " + h->expected;
 }
 
 // ---------------------------------------------------------------- printing

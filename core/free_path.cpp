@@ -52,10 +52,18 @@ void CachingAllocator::park_until(Block* block, std::span<const StreamId> stream
     // Without an event we cannot tell when `s` is done with the block:
     // wait for the whole device instead, which covers every stream.
     const bool had_events = block->pending_events > 0;
-    backend_->synchronize_device();
+    if (backend_->synchronize_device() != kSuccess) {
+      // Nothing bounds the block's last use: parked until a device
+      // synchronization succeeds (settle_unsynced), never reused early.
+      ++block->pending_events;
+      unsynced_.push_back(block);
+      return;
+    }
+    // Into its pool before the events complete: a neighbour they free must
+    // merge with the block there, not absorb it while it is in no pool.
+    if (!had_events) deactivate(block);
     synchronize_events();  // completes (and so deactivates) the block if it had events
     ++stats_.num_sync_all_streams;
-    if (!had_events) deactivate(block);
     return;
   }
   if (block->pending_events == 0) deactivate(block);
@@ -173,15 +181,16 @@ std::size_t CachingAllocator::absorb(Block* dst, Block* src) {
 // Completes events in record order per stream; stops at the first one not
 // done on each stream (later ones on that stream cannot be done earlier).
 void CachingAllocator::process_events() {
+  settle_unsynced();
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto& queue = it->second;
     while (!queue.empty()) {
       const PendingEvent& front = queue.front();
       const Status st = backend_->event_query(front.event);
       if (st == kNotReady) break;
-      // An error other than not-ready is treated as completion after a
-      // synchronize: never leave a block stranded, never reuse it early.
-      if (st != kSuccess) backend_->event_synchronize(front.event);
+      // An error other than not-ready: wait for the event (or the device)
+      // instead; when even that fails the block stays parked.
+      if (st != kSuccess && !wait_event(front.event)) break;
       Block* block = front.block;
       recycle_event(front.event);
       queue.pop_front();
@@ -191,18 +200,39 @@ void CachingAllocator::process_events() {
   }
 }
 
-// Waits for every pending event; used before releasing memory.
+// Waits for every pending event; used before releasing memory.  An event
+// that cannot be waited for (nor the device) keeps its block parked.
 void CachingAllocator::synchronize_events() {
+  settle_unsynced();
   if (pending_.empty()) return;
   ++stats_.num_sync_all_streams;
-  for (auto& [stream, queue] : pending_) {
-    for (const PendingEvent& pe : queue) {
-      backend_->event_synchronize(pe.event);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto& queue = it->second;
+    while (!queue.empty()) {
+      const PendingEvent pe = queue.front();
+      if (!wait_event(pe.event)) break;
       recycle_event(pe.event);
+      queue.pop_front();
       if (--pe.block->pending_events == 0) deactivate(pe.block);
     }
+    it = queue.empty() ? pending_.erase(it) : std::next(it);
   }
-  pending_.clear();
+}
+
+// Waits for `event`, or for the whole device when that fails; false when
+// neither could be waited for (then nothing is known about the work).
+bool CachingAllocator::wait_event(EventId event) {
+  if (backend_->event_synchronize(event) == kSuccess) return true;
+  return backend_->synchronize_device() == kSuccess;
+}
+
+void CachingAllocator::settle_unsynced() {
+  if (unsynced_.empty() || backend_->synchronize_device() != kSuccess) return;
+  ++stats_.num_sync_all_streams;
+  std::vector<Block*> blocks = std::move(unsynced_);
+  unsynced_.clear();
+  for (Block* b : blocks)
+    if (--b->pending_events == 0) deactivate(b);
 }
 
 EventId CachingAllocator::acquire_event(Status* err) {

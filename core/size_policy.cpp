@@ -2,12 +2,19 @@
 #include "size_policy.h"
 
 #include <bit>
+#include <limits>
 
 namespace cachalloc {
 
 namespace {
 
-std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+constexpr std::size_t kSizeMax = std::numeric_limits<std::size_t>::max();
+
+// Saturates at SIZE_MAX instead of wrapping around to a small number.
+std::size_t round_up(std::size_t n, std::size_t unit) {
+  if (n > kSizeMax - (unit - 1)) return kSizeMax;
+  return (n + unit - 1) / unit * unit;
+}
 
 // Rounds `size` up to the next of `divisions` equal steps between the power
 // of two below it and the one above: with 4 divisions, 1200 MiB lies in
@@ -32,6 +39,7 @@ int power2_interval(std::size_t size) {
 
 std::size_t round_size(std::size_t size, const Config& config) {
   if (size < kMinBlockSize) return kMinBlockSize;
+  if (size > kMaxRequestSize) return kSizeMax;
   const std::size_t divisions = config.roundup_power2_divisions[power2_interval(size)];
   if (divisions > 1 && size > kMinBlockSize * divisions) return round_to_power2_division(size, divisions);
   return round_up(size, kMinBlockSize);

@@ -21,11 +21,18 @@ inline constexpr std::size_t kSmallBuffer = 2 * MiB;     // small-pool segment s
 inline constexpr std::size_t kLargeBuffer = 20 * MiB;    // segment for 1–10 MiB requests
 inline constexpr std::size_t kMinLargeAlloc = 10 * MiB;  // from here segments fit the request
 inline constexpr std::size_t kRoundLarge = 2 * MiB;      // large segments round to this
+// Requests above this fail as out of memory before any rounding: no device
+// has 4 EiB, and below it every size computed from a request (rounded at
+// most to the next power of two, then to 2 MiB) fits in a size_t, so no
+// rounding can wrap around to a small block.
+inline constexpr std::size_t kMaxRequestSize = std::size_t{1} << 62;
 
-// Block size for a request of `size` bytes under `config`.
+// Block size for a request of `size` bytes under `config`.  Sizes above
+// kMaxRequestSize give SIZE_MAX (never a wrapped, small size).
 std::size_t round_size(std::size_t size, const Config& config);
 
-// Segment size to ask the device for when no cached block fits `rounded`.
+// Segment size to ask the device for when no cached block fits `rounded`;
+// SIZE_MAX (never a wrapped, small size) when rounding up would overflow.
 std::size_t segment_size_for(std::size_t rounded);
 
 inline bool is_small_request(std::size_t rounded) { return rounded <= kSmallSize; }

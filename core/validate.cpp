@@ -127,7 +127,7 @@ void CachingAllocator::validate() const {
         "live map holds a block of no segment", 0);
   std::size_t queued = 0;
   for (const auto& [stream, queue] : pending_) queued += queue.size();
-  check(queued == rc.pending_events, "pending event queues disagree with block counts", 0);
+  check(queued + unsynced_.size() == rc.pending_events, "pending event queues disagree with block counts", 0);
 
   check_current(stats_.allocation, rc.s.allocation, "allocation");
   check_current(stats_.segment, rc.s.segment, "segment");

@@ -31,22 +31,30 @@ namespace {
 // pad, which is what lets the compiler emit the sibling call.
 using DlsymFn = void* (*)(void*, const char*) noexcept;
 
-std::atomic<DlsymFn> g_real_dlsym{nullptr};
+// A sanitizer runtime (ASan, TSan) looks its interceptors up with dlsym
+// while it initializes, which reaches this dlsym before instrumented code
+// or the runtime's own interceptors may run: the path to glibc's dlsym is
+// built without sanitizer checks (NO_SANITIZE), reads g_real_dlsym with
+// __atomic builtins (std::atomic's members would be out-of-line calls to
+// instrumented code), and t_resolving is initial-exec TLS, read without a
+// call to __tls_get_addr (which the runtimes intercept).
+#define NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+DlsymFn g_real_dlsym = nullptr;
 std::atomic<void*> g_libcuda{nullptr};
-thread_local bool t_resolving = false;
+thread_local bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
 
-DlsymFn resolve_real_dlsym() {
+NO_SANITIZE DlsymFn resolve_real_dlsym() {
   if (t_resolving) return nullptr;
   t_resolving = true;
   auto fn = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
   if (fn == nullptr) fn = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
   t_resolving = false;
-  if (fn != nullptr) g_real_dlsym.store(fn, std::memory_order_release);
+  if (fn != nullptr) __atomic_store_n(&g_real_dlsym, fn, __ATOMIC_RELEASE);
   return fn;
 }
 
-inline DlsymFn real_dlsym_fn() {
-  DlsymFn fn = g_real_dlsym.load(std::memory_order_acquire);
+NO_SANITIZE inline DlsymFn real_dlsym_fn() {
+  DlsymFn fn = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
   return fn != nullptr ? fn : resolve_real_dlsym();
 }
 
@@ -87,7 +95,7 @@ void* loaded_libcuda_handle() {
 }  // namespace cachalloc::shim
 
 // optimize(...): even in a -O0 build the common path must stay a jump.
-extern "C" __attribute__((visibility("default"), optimize("O2", "optimize-sibling-calls"))) void* dlsym(
+extern "C" __attribute__((visibility("default"), optimize("O2", "optimize-sibling-calls"))) NO_SANITIZE void* dlsym(
     void* __restrict handle, const char* __restrict name) noexcept {
   using namespace cachalloc::shim;
   DlsymFn real = real_dlsym_fn();

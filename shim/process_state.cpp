@@ -32,8 +32,12 @@ void on_exit() {
 }
 
 // Prints the parser's message once; write(2) avoids stdio buffering surprises.
+// The message already names CACHALLOC_CONF, the key, the value and what is
+// accepted; this adds what happens now and what to do.
 void report_bad_config(const std::string& message) {
-  std::string line = "cachalloc: CACHALLOC_CONF: " + message + " (cachalloc disabled; calls go to the driver)\n";
+  std::string line = "cachalloc: " + message +
+                     ". cachalloc is disabled for this process: every CUDA call goes to the driver unchanged. "
+                     "Correct CACHALLOC_CONF (keys and values: README.md) or unset it.\n";
   ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
 }

@@ -5,7 +5,11 @@
 // is then renamed over the target.  A target that is a symbolic link is
 // refused: cachalloc never writes through a link it did not create (rename
 // would replace the link itself, but a user who put a link there meant
-// something by it).  Nothing here throws or calls CUDA.
+// something by it; one planted by someone else must not redirect the write:
+// the check and the rename together never write through a link, even if one
+// appears in between, because rename replaces a link, never its target).  A
+// temporary name that is taken (left by a killed process, or planted) is
+// skipped for the next one.  Nothing here throws or calls CUDA.
 #pragma once
 
 #include <string>
@@ -13,8 +17,10 @@
 
 namespace cachalloc::obs {
 
-// Returns true on success; otherwise false with a one-line reason in *error
-// and no temporary file left behind.
+// Returns true on success; otherwise false with a one-line reason in *error,
+// in the user's terms ("directory /x does not exist", "no permission to
+// create a file in directory /x", "it is a symbolic link, ..."), and no
+// temporary file left behind.
 bool atomic_write_file(const std::string& path, std::string_view content, std::string* error);
 
 // One line "cachalloc: warning: <message>\n" straight to fd 2 (write(2), no

@@ -33,6 +33,14 @@ std::string utc_datetime() {
   return buf;
 }
 
+// A value is part of one file name: a '/' in it (a host or rank from outside
+// the program) becomes '_', and so does every dot of a value made of dots
+// only ("." or ".."), so that the file stays where the template puts it.
+void append_value(std::string& out, const std::string& value) {
+  const bool only_dots = value.find_first_not_of('.') == std::string::npos;
+  for (char c : value) out += (c == '/' || only_dots) ? '_' : c;
+}
+
 }  // namespace
 
 TemplateContext current_template_context() {
@@ -48,10 +56,10 @@ std::string expand_path_template(std::string_view tmpl, const TemplateContext& c
     }
     char c = tmpl[++i];
     switch (c) {
-      case 'p': out += ctx.pid; break;
-      case 'h': out += ctx.host; break;
-      case 'r': out += ctx.rank; break;
-      case 'd': out += ctx.datetime; break;
+      case 'p': append_value(out, ctx.pid); break;
+      case 'h': append_value(out, ctx.host); break;
+      case 'r': append_value(out, ctx.rank); break;
+      case 'd': append_value(out, ctx.datetime); break;
       case '%': out += '%'; break;
       default:  // unknown placeholder: keep it as written
         out += '%';

@@ -1,14 +1,15 @@
 /* fake_libcuda.h — the test-only controls of the fake libcuda.so.1.
  *
- * The fake driver (fake_libcuda.c) serves device memory from host memory so
- * that the shim's integration tests run without a GPU.  Besides the driver
- * API it exports a few functions whose names do not start with "cu", so the
- * shim's dlsym hook never touches them: counters of the calls that reached
- * the driver, a switch that keeps a stream "busy" (work recorded on it stays
- * incomplete until released), a lookup of the fake's own functions that
- * bypasses every hook (to make foreign pointers and to compare pointers), and
- * views of state the driver API does not show (VM access per device, open
- * IPC imports). */
+ * The fake driver (tests/fake/fake_*.c; fake_state.h lists the files) serves
+ * device memory from host memory so that the shim's integration tests run
+ * without a GPU.  Besides the driver API it exports a few functions whose
+ * names do not start with "cu", so the shim's dlsym hook never touches them:
+ * counters of the calls that reached the driver and of what it still holds,
+ * a switch that keeps a stream "busy" (work recorded on it stays incomplete
+ * until released), a lookup of the fake's own functions that bypasses every
+ * hook (to make foreign pointers and to compare pointers), views of state
+ * the driver API does not show (VM access per device, open IPC imports),
+ * and fault injection (chosen or random calls of chosen entry points fail). */
 #ifndef CACHALLOC_FAKE_LIBCUDA_H
 #define CACHALLOC_FAKE_LIBCUDA_H
 
@@ -49,6 +50,16 @@ struct fake_cuda_stats_t {
   unsigned long peer_enable;        /* cuCtxEnablePeerAccess calls that succeeded */
   unsigned long peer_disable;       /* cuCtxDisablePeerAccess calls that succeeded */
   unsigned long set_access_peer;    /* cuMemSetAccess descriptors naming a device other than the memory's own */
+  /* What the fake still holds (with live_allocs, live_bytes and
+   * fake_cuda_live_imports: nothing else outlives its release call).
+   * Events and streams of a destroyed context are not counted: the driver
+   * freed them with it. */
+  unsigned long live_events;        /* cuEventCreate'd, not destroyed */
+  unsigned long live_streams;       /* cuStreamCreate'd, not destroyed */
+  unsigned long live_vm_handles;    /* cuMemCreate'd, not cuMemRelease'd */
+  unsigned long live_reservations;  /* cuMemAddressReserve'd, not freed */
+  unsigned long live_mappings;      /* cuMemMap'ed, not unmapped */
+  unsigned long failures_injected;  /* calls failed by fake_cuda_fail / FAKE_CUDA_FAIL_RANDOM */
 };
 
 /* Copies the counters. */
@@ -67,6 +78,32 @@ int fake_cuda_vm_access(CUdeviceptr ptr, int device);
 /* Mappings currently open through cuIpcOpenMemHandle in this process (one
  * per distinct handle, however many times it was opened). */
 size_t fake_cuda_live_imports(void);
+
+/* Fault injection.  Entry points that can be made to fail: cuMemAlloc_v2,
+ * cuMemAllocAsync, cuEventCreate, cuEventRecord, cuEventQuery,
+ * cuEventSynchronize, cuCtxSynchronize, cuStreamCreate, cuStreamQuery,
+ * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemAddressReserve (a _ptsz
+ * variant, and cuStreamCreateWithPriority, count as their base name).  A
+ * failed call changes nothing in the fake (not even its call counter) and
+ * counts in failures_injected.  Calls refused for a null pointer before the
+ * fake looks at its state are not counted.  An unknown name aborts. */
+
+/* From now on the after+1-th call of `call` and the count-1 following fail
+ * with `error` (count < 0: every call until reset; 0: none).  CUDA_SUCCESS
+ * as `error` picks the entry point's own (out of memory for allocations,
+ * CUDA_ERROR_UNKNOWN for records, queries and synchronizations). */
+void fake_cuda_fail(const char* call, int after, int count, CUresult error);
+/* Random mode, also armed by FAKE_CUDA_FAIL_RANDOM in the environment (read
+ * at the first call that can fail): "<seed>:<per-mille>:<call,call,...>[:<error>]"
+ * makes each call of a listed entry point fail with that probability, with
+ * `error` (a CUresult number) or each entry point's own.  Whether the n-th
+ * call of an entry point fails depends only on the seed, the entry point
+ * and n.  NULL or "" disarms it; -1 (nothing changed) when malformed. */
+int fake_cuda_fail_random(const char* spec);
+/* Stops every injected failure (chosen and random). */
+void fake_cuda_fail_reset(void);
+/* How many calls so far failed with `error` by injection. */
+unsigned long fake_cuda_injected(CUresult error);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,9 @@
  * CUDA 13) that fake_libcuda.c copies: address ranges, pointer attributes,
  * IPC handles (across two processes: the importer is this program exec'd
  * afresh with the handles in hex on its command line), context destruction
- * and reset, peer access and VM access per device.  Exit 0 pass, else a
- * message on stderr. */
+ * and reset, peer access and VM access per device; and the fake's own test
+ * machinery: fault injection and the counters of what it still holds.
+ * Exit 0 pass, else a message on stderr. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
@@ -965,6 +966,248 @@ static int proc_address(void) {
   return 0;
 }
 
+/* ---------------- fault injection and leak counters ---------------- */
+
+/* One call of each fault point, on objects made beforehand. */
+struct fault_objects {
+  CUstream s;
+  CUevent e;
+  CUdeviceptr va;                 /* a 4 MiB reservation */
+  CUmemGenericAllocationHandle h; /* 2 MiB, unmapped */
+  CUdeviceptr mapped;             /* va + 2 MiB: 2 MiB mapped, read/write */
+  CUmemGenericAllocationHandle mapped_h;
+};
+static struct fault_objects g_fo;
+
+static CUresult call_point(const char* name) {
+  static CUdeviceptr p;
+  static CUevent e;
+  static CUstream s;
+  static CUmemGenericAllocationHandle h;
+  CUmemAllocationProp prop = vm_prop(0);
+  CUresult r;
+  if (strcmp(name, "cuMemAlloc_v2") == 0) {
+    r = cuMemAlloc(&p, MiB);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+  } else if (strcmp(name, "cuMemAllocAsync") == 0) {
+    r = cuMemAllocAsync(&p, MiB, NULL);
+    if (r == CUDA_SUCCESS) cuMemFreeAsync(p, NULL);
+  } else if (strcmp(name, "cuEventCreate") == 0) {
+    r = cuEventCreate(&e, 0);
+    if (r == CUDA_SUCCESS) cuEventDestroy(e);
+  } else if (strcmp(name, "cuEventRecord") == 0) {
+    r = cuEventRecord(g_fo.e, g_fo.s);
+  } else if (strcmp(name, "cuEventQuery") == 0) {
+    r = cuEventQuery(g_fo.e);
+  } else if (strcmp(name, "cuEventSynchronize") == 0) {
+    r = cuEventSynchronize(g_fo.e);
+  } else if (strcmp(name, "cuCtxSynchronize") == 0) {
+    r = cuCtxSynchronize();
+  } else if (strcmp(name, "cuStreamCreate") == 0) {
+    r = cuStreamCreate(&s, 0);
+    if (r == CUDA_SUCCESS) cuStreamDestroy(s);
+  } else if (strcmp(name, "cuStreamQuery") == 0) {
+    r = cuStreamQuery(g_fo.s);
+  } else if (strcmp(name, "cuMemCreate") == 0) {
+    r = cuMemCreate(&h, 2 * MiB, &prop, 0);
+    if (r == CUDA_SUCCESS) cuMemRelease(h);
+  } else if (strcmp(name, "cuMemMap") == 0) {
+    r = cuMemMap(g_fo.va, 2 * MiB, 0, g_fo.h, 0);
+    if (r == CUDA_SUCCESS) cuMemUnmap(g_fo.va, 2 * MiB);
+  } else if (strcmp(name, "cuMemSetAccess") == 0) {
+    /* Flips the owner's access of the mapped granule; a failed call changes nothing. */
+    const int was = fake_cuda_vm_access(g_fo.mapped, 0);
+    const CUmemAccessDesc flip = access_desc(0, was == 3 ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    r = cuMemSetAccess(g_fo.mapped, 2 * MiB, &flip, 1);
+    if (fake_cuda_vm_access(g_fo.mapped, 0) != (r == CUDA_SUCCESS ? (int)flip.flags : was)) return CUDA_ERROR_ILLEGAL_STATE;
+  } else if (strcmp(name, "cuMemAddressReserve") == 0) {
+    r = cuMemAddressReserve(&p, 2 * MiB, 0, 0, 0);
+    if (r == CUDA_SUCCESS) cuMemAddressFree(p, 2 * MiB);
+  } else {
+    r = CUDA_ERROR_ILLEGAL_STATE;
+  }
+  return r;
+}
+
+static const char* const fault_points[] = {
+  "cuMemAlloc_v2", "cuMemAllocAsync", "cuEventCreate", "cuEventRecord", "cuEventQuery",
+  "cuEventSynchronize", "cuCtxSynchronize", "cuStreamCreate", "cuStreamQuery", "cuMemCreate",
+  "cuMemMap", "cuMemSetAccess", "cuMemAddressReserve",
+};
+#define NPOINTS (sizeof fault_points / sizeof fault_points[0])
+
+/* The counters of two snapshots match, failures_injected aside. */
+static int same_but_injected(struct fake_cuda_stats_t a, struct fake_cuda_stats_t b) {
+  a.failures_injected = b.failures_injected = 0;
+  return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Chosen failures: the after+1-th call and count-1 more fail with the
+ * error asked for, change nothing, and the next call works; count < 0 lasts
+ * until reset; CUDA_SUCCESS picks the entry point's own error. */
+static int faults(void) {
+  CUcontext ctx;
+  RUN(setup(&ctx, 0));
+  CUmemAllocationProp prop = vm_prop(0);
+  CHECK_CU(cuStreamCreate(&g_fo.s, 0));
+  CHECK_CU(cuEventCreate(&g_fo.e, 0));
+  CHECK_CU(cuMemAddressReserve(&g_fo.va, 4 * MiB, 0, 0, 0));
+  CHECK_CU(cuMemCreate(&g_fo.h, 2 * MiB, &prop, 0));
+  g_fo.mapped = g_fo.va + 2 * MiB;
+  RUN(vm_map_rw(g_fo.mapped, 2 * MiB, 0, &g_fo.mapped_h));
+  for (size_t i = 0; i < NPOINTS; ++i) {
+    const char* name = fault_points[i];
+    g_case = name;
+    const CUresult err = (CUresult)(700 + i);
+    unsigned long before_err = fake_cuda_injected(err);
+    fake_cuda_fail(name, 1, 2, err);
+    CHECK_CU(call_point(name)); /* `after` calls go through */
+    for (int k = 0; k < 2; ++k) {
+      struct fake_cuda_stats_t before = stats();
+      CHECK_ERR(call_point(name), err);
+      struct fake_cuda_stats_t after = stats();
+      CHECK(same_but_injected(before, after) && after.failures_injected == before.failures_injected + 1);
+    }
+    CHECK_CU(call_point(name));
+    CHECK(fake_cuda_injected(err) == before_err + 2);
+    /* Until reset. */
+    fake_cuda_fail(name, 0, -1, err);
+    for (int k = 0; k < 5; ++k) CHECK_ERR(call_point(name), err);
+    fake_cuda_fail_reset();
+    CHECK_CU(call_point(name));
+    /* The entry point's own error. */
+    fake_cuda_fail(name, 0, 1, CUDA_SUCCESS);
+    CUresult own = call_point(name);
+    CHECK(own == CUDA_ERROR_OUT_OF_MEMORY || own == CUDA_ERROR_UNKNOWN);
+    CHECK_CU(call_point(name));
+    /* count 0 disarms. */
+    fake_cuda_fail(name, 0, -1, err);
+    fake_cuda_fail(name, 0, 0, err);
+    CHECK_CU(call_point(name));
+  }
+  g_case = "faults";
+  /* A _ptsz variant counts as its base name. */
+  typedef CUresult (*record_fn)(CUevent, CUstream);
+  record_fn record_ptsz = (record_fn)fake_cuda_lookup_raw("cuEventRecord_ptsz");
+  CHECK(record_ptsz != NULL);
+  fake_cuda_fail("cuEventRecord", 0, 1, CUDA_ERROR_UNKNOWN);
+  CHECK_ERR(record_ptsz(g_fo.e, NULL), CUDA_ERROR_UNKNOWN);
+  CHECK_CU(record_ptsz(g_fo.e, NULL));
+  /* Random mode: reproducible per seed, about the probability asked for. */
+  char pattern[2][200];
+  for (int run = 0; run < 2; ++run) {
+    CHECK(fake_cuda_fail_random("7:300:cuEventQuery,cuStreamQuery") == 0);
+    int failed = 0;
+    for (int k = 0; k < 200; ++k) {
+      CUresult r = cuEventQuery(g_fo.e);
+      CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_UNKNOWN);
+      pattern[run][k] = r != CUDA_SUCCESS;
+      failed += r != CUDA_SUCCESS;
+      (void)cuStreamQuery(g_fo.s); /* other entry points do not shift the pattern */
+      if (run == 1) (void)cuStreamQuery(g_fo.s);
+    }
+    CHECK(failed > 30 && failed < 90);
+  }
+  CHECK(memcmp(pattern[0], pattern[1], sizeof pattern[0]) == 0);
+  CHECK(fake_cuda_fail_random("8:300:cuEventQuery") == 0);
+  int differs = 0;
+  for (int k = 0; k < 200; ++k) differs += (cuEventQuery(g_fo.e) != CUDA_SUCCESS) != pattern[0][k];
+  CHECK(differs > 0);
+  CHECK(fake_cuda_fail_random("1:1000:cuMemAlloc_v2:719") == 0);
+  CHECK_ERR(call_point("cuMemAlloc_v2"), CUDA_ERROR_LAUNCH_FAILED);
+  CHECK_CU(call_point("cuEventCreate")); /* not listed */
+  CHECK(fake_cuda_fail_random("1:0:cuMemAlloc_v2") == 0);
+  CHECK_CU(call_point("cuMemAlloc_v2"));
+  CHECK(fake_cuda_fail_random("1:1000:cuMemAlloc_v2") == 0);
+  CHECK(fake_cuda_fail_random(NULL) == 0); /* disarms */
+  CHECK_CU(call_point("cuMemAlloc_v2"));
+  static const char* const malformed[] = {"", "x:1:cuEventQuery", "1:1001:cuEventQuery", "1:10:cuBogus",
+                                          "1:10:cuEventQuery:abc", "1:10", "1:10:cuEventQuery,", "1:10:cuEventQuery:0"};
+  CHECK(fake_cuda_fail_random("1:1000:cuEventQuery") == 0);
+  for (size_t i = 1; i < sizeof malformed / sizeof malformed[0]; ++i) CHECK(fake_cuda_fail_random(malformed[i]) == -1);
+  CHECK_ERR(cuEventQuery(g_fo.e), CUDA_ERROR_UNKNOWN); /* a malformed spec changed nothing */
+  fake_cuda_fail_reset();
+  CHECK_CU(cuEventQuery(g_fo.e));
+  return 0;
+}
+
+/* FAKE_CUDA_FAIL_RANDOM=3:1000:cuStreamQuery,cuEventCreate:2 (meson):
+ * armed from the start, stopped by reset. */
+static int faults_env(void) {
+  CUcontext ctx;
+  CUstream s;
+  CUevent e;
+  RUN(setup(&ctx, 0));
+  CHECK_ERR(cuStreamQuery(NULL), CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK_ERR(cuEventCreate(&e, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK_CU(cuStreamCreate(&s, 0));
+  CHECK(stats().failures_injected == 2 && fake_cuda_injected(CUDA_ERROR_OUT_OF_MEMORY) == 2);
+  fake_cuda_fail_reset();
+  CHECK_CU(cuStreamQuery(s));
+  CHECK_CU(cuEventCreate(&e, 0));
+  CHECK_CU(cuEventDestroy(e));
+  CHECK_CU(cuStreamDestroy(s));
+  return 0;
+}
+
+/* cuStreamQuery, and what the fake still holds. */
+static int live_counters(void) {
+  CUcontext ctx, c2;
+  CUstream s, s2;
+  CUevent e, e2;
+  RUN(setup(&ctx, 0));
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.live_events == 0 && st.live_streams == 0 && st.live_vm_handles == 0 && st.live_reservations == 0 &&
+        st.live_mappings == 0 && st.failures_injected == 0);
+  CHECK_CU(cuStreamCreate(&s, 0));
+  CHECK_CU(cuEventCreate(&e, 0));
+  CHECK(stats().live_events == 1 && stats().live_streams == 1);
+  /* Busy while held, or while a held stream it is ordered after is. */
+  CHECK_CU(cuStreamQuery(s));
+  fake_cuda_hold_stream(s, 1);
+  CHECK_ERR(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  CHECK_ERR(cuStreamQuery(NULL), CUDA_ERROR_NOT_READY); /* the legacy stream waits for s */
+  fake_cuda_hold_stream(s, 0);
+  CHECK_CU(cuStreamQuery(s));
+  CHECK_CU(cuStreamQuery(CU_STREAM_LEGACY));
+  typedef CUresult (*query_fn)(CUstream);
+  query_fn query_ptsz = (query_fn)fake_cuda_lookup_raw("cuStreamQuery_ptsz");
+  CHECK(query_ptsz != NULL);
+  fake_cuda_hold_stream(CU_STREAM_PER_THREAD, 1);
+  CHECK_ERR(query_ptsz(NULL), CUDA_ERROR_NOT_READY); /* 0 is the per-thread stream there */
+  CHECK_CU(cuStreamQuery(s));
+  fake_cuda_hold_stream(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(query_ptsz(NULL));
+  /* VM objects. */
+  CUdeviceptr va;
+  CUmemGenericAllocationHandle h;
+  CHECK_CU(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));
+  RUN(vm_map_rw(va, 2 * MiB, 0, &h));
+  st = stats();
+  CHECK(st.live_vm_handles == 1 && st.live_reservations == 1 && st.live_mappings == 1);
+  CHECK_CU(cuMemRelease(h)); /* the mapping keeps the memory */
+  CHECK(stats().live_vm_handles == 0 && stats().live_mappings == 1);
+  CHECK_CU(cuMemUnmap(va, 2 * MiB));
+  CHECK(stats().live_mappings == 0);
+  CHECK_CU(cuMemAddressFree(va, 4 * MiB));
+  CHECK(stats().live_reservations == 0);
+  /* Destroyed objects, and those of a destroyed context, are not held. */
+  CHECK_CU(cuEventDestroy(e));
+  CHECK_CU(cuStreamDestroy(s));
+  CHECK(stats().live_events == 0 && stats().live_streams == 0);
+  CHECK_CU(cuCtxCreate(&c2, NULL, 0, 0));
+  CHECK_CU(cuStreamCreate(&s2, 0));
+  CHECK_CU(cuEventCreate(&e2, 0));
+  CHECK_CU(cuEventCreate(&e, 0));
+  CHECK_CU(cuEventDestroy(e));
+  CHECK(stats().live_events == 1 && stats().live_streams == 1);
+  CHECK_CU(cuCtxDestroy(c2));
+  CHECK(stats().live_events == 0 && stats().live_streams == 0);
+  CHECK(cuEventDestroy(e2) != CUDA_SUCCESS); /* freed with its context */
+  CHECK(stats().live_events == 0);
+  return 0;
+}
+
 struct test_case {
   const char* name;
   int (*run)(void);
@@ -983,6 +1226,9 @@ static const struct test_case cases[] = {
   {"peer_access", peer_access},
   {"vm_access", vm_access},
   {"proc_address", proc_address},
+  {"faults", faults},
+  {"faults_env", faults_env},
+  {"live_counters", live_counters},
 };
 
 int main(int argc, char** argv) {

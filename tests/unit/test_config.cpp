@@ -265,11 +265,50 @@ TEST_CASE("trace_max_entries", "[config]") {
         "CACHALLOC_CONF: trace_max_entries: '0' is not valid; expected an integer >= 1");
 }
 
-TEST_CASE("unknown keys list the known ones", "[config]") {
+TEST_CASE("unknown keys list the known ones, with the likely intended key", "[config]") {
   CHECK(parse_error("max_split_size:64") ==
-        std::string("CACHALLOC_CONF: unknown key 'max_split_size'; known keys: ") + kKnownKeys);
+        std::string("CACHALLOC_CONF: unknown key 'max_split_size' (did you mean 'max_split_size_mb'?); known keys: ") +
+            kKnownKeys);
   CHECK(parse_error("expandable_segments:true,Max_Split_Size_MB:64") ==
-        std::string("CACHALLOC_CONF: unknown key 'Max_Split_Size_MB'; known keys: ") + kKnownKeys);
+        std::string("CACHALLOC_CONF: unknown key 'Max_Split_Size_MB' (did you mean 'max_split_size_mb'?); known keys: ") +
+            kKnownKeys);
+  CHECK(parse_error("expandable_segment:true").starts_with(
+      "CACHALLOC_CONF: unknown key 'expandable_segment' (did you mean 'expandable_segments'?); known keys: "));
+  CHECK(parse_error("garbage_colection_threshold:0.5").starts_with(
+      "CACHALLOC_CONF: unknown key 'garbage_colection_threshold' (did you mean 'garbage_collection_threshold'?)"));
+  CHECK(parse_error("stat:stderr").starts_with("CACHALLOC_CONF: unknown key 'stat' (did you mean 'stats'?)"));
+  // Nothing close: no guess.
+  CHECK(parse_error("bogus_key:1") == std::string("CACHALLOC_CONF: unknown key 'bogus_key'; known keys: ") + kKnownKeys);
+  CHECK(parse_error("backend:cudaMallocAsync") ==
+        std::string("CACHALLOC_CONF: unknown key 'backend'; known keys: ") + kKnownKeys);
+}
+
+TEST_CASE("hostile text: long values and keys are cut, control bytes escaped, one line", "[config]") {
+  const std::string long_value(1 << 20, '9');  // a 1 MB number
+  std::string m = parse_error("max_split_size_mb:" + long_value);
+  CHECK(m == "CACHALLOC_CONF: max_split_size_mb: '" + std::string(80, '9') +
+                 "... (1048576 bytes)' is not valid; expected an integer number of MiB >= 20, or unlimited");
+  const std::string long_key(1 << 20, 'k');
+  m = parse_error(long_key + ":1");
+  CHECK(m == "CACHALLOC_CONF: unknown key '" + std::string(80, 'k') + "... (1048576 bytes)'; known keys: " +
+                 kKnownKeys);
+  m = parse_error(std::string(1 << 20, 'x'));  // 1 MB without a colon
+  CHECK(m == "CACHALLOC_CONF: malformed item '" + std::string(80, 'x') + "... (1048576 bytes)'; expected key:value");
+  // 1 MB of valid items parses (the last one wins) and is fast enough.
+  std::string many;
+  while (many.size() < (1u << 20)) many += "max_split_size_mb:64,expandable_segments:true,";
+  CHECK(parse_ok(many).max_split_size == 64 * kMiBytes);
+  // Control bytes and non-ASCII are shown as \xNN, never sent raw to a terminal.
+  CHECK(parse_error("log_level:\x1b" "cpwned\x07") ==
+        "CACHALLOC_CONF: log_level: '\\x1bcpwned\\x07' is not valid; expected one of trace, debug, info, warn, "
+        "error, critical, off");
+  CHECK(parse_error("free_sync:caf\xc3\xa9") ==
+        "CACHALLOC_CONF: free_sync: 'caf\\xc3\\xa9' is not valid; expected one of auto, fence, stream, device");
+  for (const std::string& bad : {long_value, long_key, std::string("a\nb:1"), std::string("log_level:\n")}) {
+    const std::string e = parse_error(bad);
+    CHECK(e.find('\n') == std::string::npos);
+    CHECK(e.size() < 1000);
+  }
 }
 
 TEST_CASE("malformed items", "[config]") {

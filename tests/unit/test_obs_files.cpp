@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -159,6 +161,103 @@ TEST_CASE("atomic write refuses a symbolic link target", "[obs][files]") {
   CHECK(dir.entries().size() == 2);
 }
 
+TEST_CASE("a planted link, dangling or at a temporary name, is never written through", "[obs][files]") {
+  TempDir dir;
+  std::string err;
+  // A dangling link: writing through it would create the file it names.
+  std::string elsewhere = dir.path + "/elsewhere";
+  std::string link = dir.path + "/trace.json";
+  REQUIRE(symlink(elsewhere.c_str(), link.c_str()) == 0);
+  CHECK_FALSE(atomic_write_file(link, "evil", &err));
+  CHECK(err == "it is a symbolic link, and cachalloc never writes through a link (it may have been planted by "
+               "someone else); the link and what it points to are left untouched");
+  CHECK(access(elsewhere.c_str(), F_OK) != 0);
+  // Links planted at the first temporary names this process would use: they
+  // are skipped (O_EXCL|O_NOFOLLOW), the victim is untouched, the write works.
+  std::string victim = dir.path + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  std::string target = dir.path + "/stats.json";
+  REQUIRE(atomic_write_file(target, "one", &err));  // learns nothing, but uses a counter value
+  for (int n = 0; n < 10000; ++n) {
+    std::string planted = dir.path + "/.stats.json.tmp." + std::to_string(getpid()) + "." + std::to_string(n);
+    symlink(victim.c_str(), planted.c_str());  // some names exist already: fine
+  }
+  bool wrote = atomic_write_file(target, "two", &err);
+  CHECK(read_file(victim) == "precious");
+  if (wrote) {
+    CHECK(read_file(target) == "two");
+  } else {  // every name tried was taken: a clear reason, no write anywhere
+    CHECK(err == "temporary files named .stats.json.tmp.* already exist in " + dir.path);
+    CHECK(read_file(target) == "one");
+  }
+}
+
+TEST_CASE("a temporary left by a killed process with the same pid does not block reports", "[obs][files]") {
+  TempDir dir;
+  std::string target = dir.path + "/stats.json";
+  // The next counter values of this process, as a killed run with the same
+  // pid (containers) would have left them.
+  std::string err;
+  REQUIRE(atomic_write_file(target, "probe", &err));
+  // Every name of the next ones except one in 32 (the counter's value is
+  // not known here): at most 31 are skipped before a free one.
+  for (int n = 0; n < 10000; ++n) {
+    if (n % 32 == 31) continue;
+    std::string stale = dir.path + "/.stats.json.tmp." + std::to_string(getpid()) + "." + std::to_string(n);
+    std::ofstream(stale) << "half";
+  }
+  CHECK(atomic_write_file(target, "whole", &err));
+  CHECK(read_file(target) == "whole");
+}
+
+TEST_CASE("reasons name the directory and the cause", "[obs][files]") {
+  TempDir dir;
+  std::string err;
+  std::string file = dir.path + "/a-file";
+  { std::ofstream(file) << "x"; }
+  CHECK_FALSE(atomic_write_file(file + "/stats.json", "data", &err));
+  CHECK(err == "a component of " + file + " is not a directory");
+  CHECK_FALSE(atomic_write_file(dir.path + "/missing/stats.json", "data", &err));
+  CHECK(err == "directory " + dir.path + "/missing does not exist");
+  CHECK_FALSE(atomic_write_file(dir.path + "/" + std::string(300, 'n'), "data", &err));
+  CHECK(err == "the path is too long");
+  mkdir((dir.path + "/sub").c_str(), 0700);
+  CHECK_FALSE(atomic_write_file(dir.path + "/sub", "data", &err));
+  CHECK(err == "it is a directory");
+  if (geteuid() != 0) {
+    chmod(dir.path.c_str(), 0500);
+    CHECK_FALSE(atomic_write_file(dir.path + "/x.json", "data", &err));
+    CHECK(err == "no permission to create a file in directory " + dir.path);
+    chmod(dir.path.c_str(), 0700);
+  }
+  if (access("/proc/self", F_OK) == 0) {  // not writable even for root
+    CHECK_FALSE(atomic_write_file("/proc/cachalloc-stats.json", "data", &err));
+    CHECK(!err.empty());
+  }
+}
+
+TEST_CASE("a very long path is shown shortened in the warning", "[obs][files]") {
+  ProcessReport r = small_report();
+  r.config.stats = "/nonexistent-dir-cachalloc/" + std::string(100000, 'p');
+  std::string err = capture_stderr([&] { write_exit_reports(r, TraceRing::Contents{}); });
+  CHECK(err.size() < 1000);
+  CHECK(err.find("... (100027 bytes): ") != std::string::npos);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("report signals wait while a report is written, and the mask is restored", "[obs][files]") {
+  TempDir dir;
+  ProcessReport r = small_report();
+  r.config.stats = dir.path + "/stats.json";
+  r.config.snapshot_signal = SIGUSR2;
+  sigset_t before, after;
+  pthread_sigmask(SIG_SETMASK, nullptr, &before);
+  write_exit_reports(r, TraceRing::Contents{});
+  pthread_sigmask(SIG_SETMASK, nullptr, &after);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR2}) CHECK(sigismember(&before, sig) == sigismember(&after, sig));
+  CHECK(!read_file(dir.path + "/stats.json").empty());
+}
+
 TEST_CASE("atomic write into a missing or read-only directory fails cleanly", "[obs][files]") {
   std::string err;
   CHECK_FALSE(atomic_write_file("/nonexistent-dir-cachalloc/x.json", "data", &err));
@@ -184,7 +283,10 @@ TEST_CASE("unwritable stats path: exactly one warning, other reports still writt
   r.config.snapshot = dir.path + "/snap.json";
   std::string err = capture_stderr([&] { write_exit_reports(r, TraceRing::Contents{}); });
   CHECK(err == "cachalloc: warning: cannot write the stats dump to /nonexistent-dir-cachalloc/stats-" +
-                   std::to_string(getpid()) + ".json: cannot create a temporary file: No such file or directory\n");
+                   std::to_string(getpid()) +
+                   ".json: directory /nonexistent-dir-cachalloc does not exist. To get it, set stats in "
+                   "CACHALLOC_CONF to a path in an existing, writable directory (cachalloc creates no directories "
+                   "and never writes through a symbolic link); the program itself is not affected.\n");
   CHECK(parse_json(read_file(dir.path + "/snap.json"))["devices"][0]["segments"].items.size() == 1);
 }
 

@@ -1,0 +1,291 @@
+/* fake_streams.c — streams, stream capture, events.
+ *
+ * Nothing runs on the fake's streams: completion is scripted.  A stream the
+ * test holds busy (fake_cuda_hold_stream) leaves every event recorded on it
+ * incomplete until the hold is released or something synchronizes it; an
+ * event records, per held stream it waits for, that stream's epoch, and is
+ * done once every such epoch has moved on.  The legacy stream orders
+ * against every blocking stream, as on a GPU: an event on it waits for held
+ * blocking streams and vice versa.  Destroyed streams are unlinked but never
+ * freed (events recorded on them may still point there), so a record on one
+ * is recognized and counted (record_on_dead_stream). */
+#include <stdlib.h>
+
+#include "fake_state.h"
+
+static struct CUgraph_st the_graph;
+
+static int event_dead(const struct CUevent_st* e) { return !fake_ctx_live(e->ctx, e->generation); }
+static int stream_dead(const struct CUstream_st* s) { return !fake_ctx_live(s->ctx, s->generation); }
+
+/* ---------------- context destruction ---------------- */
+
+/* The context's streams are unlinked and dead (never freed: events recorded
+ * on them may still point there). */
+void fake_kill_streams_of(struct CUctx_st* c) {
+  for (struct CUstream_st** p = &fake.streams; *p;) {
+    struct CUstream_st* s = *p;
+    if (s->ctx != c) { p = &s->next; continue; }
+    *p = s->next;
+    s->dead = 1;
+  }
+}
+
+/* The context's events leave the registry: the driver freed them (the
+ * structs stay, so that stale handles are recognized). */
+void fake_forget_events_of(struct CUctx_st* c) {
+  for (struct CUevent_st** p = &fake.events; *p;) {
+    if ((*p)->ctx == c) *p = (*p)->next;
+    else p = &(*p)->next;
+  }
+}
+
+/* ---------------- streams ---------------- */
+
+static CUresult create_stream(CUstream* out, unsigned int flags) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_STREAM_CREATE);
+  if (r == CUDA_SUCCESS) r = fake_check_current();
+  if (r != CUDA_SUCCESS) {
+    fake_unlock();
+    return r;
+  }
+  struct CUstream_st* s = calloc(1, sizeof *s);
+  s->blocking = !(flags & CU_STREAM_NON_BLOCKING);
+  s->ctx = fake_current;
+  s->generation = fake_current->generation;
+  s->next = fake.streams;
+  fake.streams = s;
+  fake.stats.stream_create++;
+  fake_unlock();
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamCreate(CUstream* out, unsigned int flags) { return create_stream(out, flags); }
+
+EXPORT CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
+  (void)priority;
+  return create_stream(out, flags);
+}
+
+EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+  struct CUstream_st* st = fake_resolve_stream(s, 0);
+  *flags = st->blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* out) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  fake_lock();
+  struct CUstream_st* st = fake_resolve_stream(s, 0);
+  *out = (st == &fake.legacy_stream || st == &fake_per_thread_stream) ? fake_current : st->ctx;
+  fake_unlock();
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  if (stream_dead(s)) {
+    CUresult r = fake_dead_call();
+    fake_unlock();
+    return r;
+  }
+  /* Unlinked but never freed: events recorded on it may still point here. */
+  for (struct CUstream_st** p = &fake.streams; *p; p = &(*p)->next)
+    if (*p == s) { *p = s->next; break; }
+  s->dead = 1;
+  fake.stats.stream_destroy++;
+  fake_unlock();
+  return CUDA_SUCCESS;
+}
+
+static CUresult stream_sync(CUstream s, int ptsz) {
+  fake_lock();
+  fake.stats.stream_sync++;
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  CUresult r = CUDA_SUCCESS;
+  if (stream_dead(st)) r = fake_dead_call();
+  else if (st == &fake.legacy_stream) fake_complete_all_streams();
+  else st->epoch++;
+  fake_unlock();
+  return r;
+}
+EXPORT CUresult cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, 1); }
+
+/* Busy while held, or while a held stream it is ordered after (as an event
+ * recorded on it would wait) is: the fake does not track enqueued work. */
+static int stream_busy(const struct CUstream_st* st) {
+  if (st->held) return 1;
+  if (st == &fake.legacy_stream) {
+    if (fake_per_thread_stream.held) return 1;
+    for (const struct CUstream_st* o = fake.streams; o; o = o->next)
+      if (o->blocking && o->held) return 1;
+    return 0;
+  }
+  return st->blocking && fake.legacy_stream.held;
+}
+
+static CUresult stream_query(CUstream s, int ptsz) {
+  fake_lock();
+  CUresult r = fake_fault(FAULT_STREAM_QUERY);
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  if (r == CUDA_SUCCESS) r = stream_dead(st) ? fake_dead_call() : stream_busy(st) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  fake_unlock();
+  return r;
+}
+EXPORT CUresult cuStreamQuery(CUstream s) { return stream_query(s, 0); }
+EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s, 1); }
+
+/* ---------------- capture ---------------- */
+
+static CUresult begin_capture(CUstream s, int ptsz) {
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  if (st == &fake.legacy_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  fake_lock();
+  st->capturing = 1;
+  fake_unlock();
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { (void)m; return begin_capture(s, 0); }
+EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { (void)m; return begin_capture(s, 1); }
+
+static CUresult end_capture(CUstream s, CUgraph* g, int ptsz) {
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  fake_lock();
+  int was = st->capturing;
+  st->capturing = 0;
+  fake_unlock();
+  if (!was) return CUDA_ERROR_ILLEGAL_STATE;
+  if (g) *g = &the_graph;
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) { return end_capture(s, g, 0); }
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) { return end_capture(s, g, 1); }
+
+static CUresult is_capturing(CUstream s, CUstreamCaptureStatus* out, int ptsz) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  fake_lock();
+  *out = fake_resolve_stream(s, ptsz)->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  fake_unlock();
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* out) { return is_capturing(s, out, 0); }
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* out) { return is_capturing(s, out, 1); }
+
+/* ---------------- events ---------------- */
+
+EXPORT CUresult cuEventCreate(CUevent* out, unsigned int flags) {
+  (void)flags;
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_EVENT_CREATE);
+  if (r == CUDA_SUCCESS) r = fake_check_current();
+  if (r == CUDA_SUCCESS) {
+    struct CUevent_st* e = calloc(1, sizeof *e);
+    e->ctx = fake_current;
+    e->generation = fake_current->generation;
+    e->next = fake.events;
+    fake.events = e;
+    fake.stats.event_create++;
+    *out = e;
+  }
+  fake_unlock();
+  return r;
+}
+
+static void add_dep(struct CUevent_st* e, struct CUstream_st* s) {
+  if (s->held && e->ndeps < MAX_DEPS) {
+    e->deps[e->ndeps].s = s;
+    e->deps[e->ndeps].epoch = s->epoch;
+    e->ndeps++;
+  }
+}
+
+/* The event waits for the held streams its stream is ordered after. */
+static CUresult event_record(CUevent e, CUstream s, int ptsz) {
+  if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_EVENT_RECORD);
+  if (r != CUDA_SUCCESS) {
+    fake_unlock();
+    return r;
+  }
+  fake.stats.event_record++;
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  if (event_dead(e)) {
+    r = fake_dead_call();
+    fake_unlock();
+    return r;
+  }
+  if (st->dead) { /* the real driver dereferences freed memory here */
+    fake.stats.record_on_dead_stream++;
+    if (stream_dead(st)) fake.stats.dead_context_calls++;
+    fake_unlock();
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  e->ndeps = 0;
+  add_dep(e, st);
+  if (st == &fake.legacy_stream) {
+    add_dep(e, &fake_per_thread_stream);
+    for (struct CUstream_st* o = fake.streams; o; o = o->next)
+      if (o->blocking) add_dep(e, o);
+  } else if (st->blocking) {
+    add_dep(e, &fake.legacy_stream);
+  }
+  fake_unlock();
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
+EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
+
+static int event_done(const struct CUevent_st* e) {
+  for (int i = 0; i < e->ndeps; ++i)
+    if (e->deps[i].s->epoch == e->deps[i].epoch) return 0;
+  return 1;
+}
+
+EXPORT CUresult cuEventQuery(CUevent e) {
+  if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_EVENT_QUERY);
+  if (r == CUDA_SUCCESS) {
+    fake.stats.event_query++;
+    r = event_dead(e) ? fake_dead_call() : event_done(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  }
+  fake_unlock();
+  return r;
+}
+
+/* Waiting for an event completes the work it depends on. */
+EXPORT CUresult cuEventSynchronize(CUevent e) {
+  if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_EVENT_SYNCHRONIZE);
+  if (r == CUDA_SUCCESS) {
+    fake.stats.event_sync++;
+    r = event_dead(e) ? fake_dead_call() : CUDA_SUCCESS;
+  }
+  for (int i = 0; r == CUDA_SUCCESS && i < e->ndeps; ++i)
+    if (e->deps[i].s->epoch == e->deps[i].epoch) e->deps[i].s->epoch++;
+  fake_unlock();
+  return r;
+}
+
+/* An event of a destroyed context was freed with it: refused, kept. */
+EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+  if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  fake.stats.event_destroy++;
+  CUresult r = event_dead(e) ? fake_dead_call() : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS)
+    for (struct CUevent_st** p = &fake.events; *p; p = &(*p)->next)
+      if (*p == e) { *p = e->next; break; }
+  fake_unlock();
+  if (r == CUDA_SUCCESS) free(e);
+  return r;
+}
