@@ -32,7 +32,7 @@ fi
 cat <<'MSG'
 == No GPU on this machine (nvidia-smi finds none).
    Running the same driver-API example (examples/driver_patterns.c) against
-   the test suite's fake libcuda.so.1 (tests/fake/fake_libcuda.c: host memory
+   the test suite's fake libcuda.so.1 (tests/fake/fake_*.c: host memory
    stands in for device memory), so you can see the shim intercept and cache
    its allocations and print its statistics at exit.
 MSG
