@@ -1,8 +1,9 @@
 // allocation_path.cpp — from a request to a live block.
 //
-//   malloc_locked: round, complete finished events, obtain_block, carve.
-//   obtain_block:  cached best fit -> (garbage collection) -> new segment
-//                  -> release one cached segment, retry -> release all, retry.
+//   malloc_locked: round, obtain_block, carve.
+//   obtain_block:  cached best fit -> blocks whose fences have completed
+//                  (looked at only now, on a miss) -> (garbage collection) -> new segment -> release one cached
+//                  segment, retry -> release all, retry.
 //   carve:         split off the tail when it is worth keeping, update stats.
 #include <limits>
 
@@ -17,8 +18,10 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
     report_oom(size, size, stream);
     return kOutOfMemory;
   }
-  // Blocks waiting on other streams come back before we look for one.
-  if (!pending_.empty() || !unsynced_.empty()) process_events();
+  // Blocks parked behind events (cross-stream frees) come back first, as in
+  // PyTorch: one query per stream with parked blocks.  Fences of deferred
+  // frees are looked at only on a miss (obtain_block).
+  if (pending_count_ != 0 || !unsynced_.empty()) [[unlikely]] process_events();
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
@@ -35,7 +38,10 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 }
 
 Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {
-  if (Block* b = take_free_block(pool, size, stream)) return b;
+  if (Block* b = take_free_block(pool, size, stream)) [[likely]] return b;
+  // Deferred frees whose fences completed come back before we grow.
+  if (reclaim_pending())
+    if (Block* b = take_free_block(pool, size, stream)) return b;
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
   if (Block* b = grow(pool, size, stream, false, err)) return b;
   if (*err != kOutOfMemory) return nullptr;  // a driver error is not ours to retry
@@ -62,18 +68,13 @@ Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream
 // max_non_split_rounding.
 Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, StreamId stream) {
   if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;
-  Block key;
-  key.stream = stream;
-  key.size = size;
-  key.ptr = 0;
-  auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
-  Block* block = *it;
+  Block* block = pool.blocks.best_fit(stream, size);
+  if (block == nullptr) return nullptr;
   const std::size_t max_split = config_.max_split_size;
   if (size < max_split && block->size >= max_split) return nullptr;
   // (block->size >= size here; subtracting cannot wrap where adding could.)
   if (size >= max_split && block->size - size >= config_.max_non_split_rounding) return nullptr;
-  pool.blocks.erase(it);
+  pool.blocks.erase(block);
   return block;
 }
 
@@ -107,6 +108,7 @@ Block* CachingAllocator::add_segment(Segment* segment) {
   block->stream = segment->stream;
   block->segment = segment;
   segment->head = block;
+  segment->bins = pool_for(segment->small).blocks.bins_for(segment->stream);
   segments_.emplace(segment->base, segment);
   stats_.segment.increase(segment->small, 1);
   return block;
@@ -152,7 +154,7 @@ Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, 
   block->allocated = true;
   block->requested = requested;
   block->id = ++next_id_;
-  live_.emplace(block->ptr, block);
+  live_.insert(block->ptr, block);
   const auto bytes = static_cast<std::int64_t>(block->size);
   stats_.allocation.increase(small, 1);
   stats_.allocated_bytes.increase(small, bytes);

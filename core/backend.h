@@ -31,6 +31,20 @@ class DeviceBackend {
   // fallback when an event cannot be recorded.
   virtual Status synchronize_device() = 0;
 
+  // Fences order the reuse of blocks freed without a stream (a plain
+  // cuMemFree, which promises the memory is safe to reuse whatever any
+  // stream does with it).  A fence completes once all work enqueued before
+  // it, on every stream that may use the device's memory, has completed.
+  // fence_record returns kSuccess (and in *events the driver events it took,
+  // the fence's cost), kNotReady when no fence can be recorded right now (a
+  // graph capture is in flight: try again later), or an error.  The default
+  // is one event on the legacy stream (StreamId 0), which orders after every
+  // blocking stream; the shim adds one per live non-blocking stream.
+  virtual Status fence_record(FenceId* out, int* events);
+  virtual Status fence_query(FenceId fence);        // kSuccess once complete, kNotReady before
+  virtual Status fence_synchronize(FenceId fence);  // waits for it
+  virtual void fence_destroy(FenceId fence);
+
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them (mapping also grants the
   // device read/write access).

@@ -8,7 +8,7 @@
 //    pending (freed, waiting for pending_events events), retained (freed
 //    after an IPC export: never reused while its segment lives, because an
 //    importer may still map it; in no pool), or free (in its segment's pool,
-//    keyed by (stream, size, ptr)).
+//    indexed by stream and size, free_index.h).
 //  * A (non-expandable) segment holding a retained block also holds an
 //    allocated or pending block: once neither is left the whole segment goes
 //    back to the driver, which keeps exported memory alive for importers.
@@ -25,8 +25,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory_resource>
-#include <set>
 #include <vector>
 
 #include "types.h"
@@ -34,6 +32,7 @@
 namespace cachalloc {
 
 struct Segment;
+class StreamBins;
 
 struct Block {
   DevicePtr ptr = 0;
@@ -51,6 +50,12 @@ struct Block {
   std::uint64_t id = 0;        // allocation serial (while allocated), unique per allocator
   std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
+  // Links of the free-block bin (free_index.h) while in_pool; of the
+  // deferred-free list or a fence's batch while deferred (fence_queue.h).
+  Block* free_prev = nullptr;
+  Block* free_next = nullptr;
+  bool in_pool = false;
+  bool deferred = false;       // freed, waiting for a fence (counted in pending_events)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return mapped && !allocated && pending_events == 0 && !retained; }
@@ -68,23 +73,7 @@ struct Segment {
   std::size_t page = 0;
   std::vector<MemHandle> handles;
   int retained = 0;            // retained blocks (see above)
-};
-
-// Best fit within a stream: order by stream, then size, then address, so that
-// lower_bound({stream, size}) is the smallest fitting block on that stream.
-struct BlockBySize {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
-  }
-};
-
-struct BlockPool {
-  BlockPool(bool is_small, std::pmr::memory_resource* nodes) : blocks(nodes), small(is_small) {}
-  std::pmr::set<Block*, BlockBySize> blocks;  // nodes from the allocator's pool: no malloc per split
-  const bool small;
-  std::uint64_t lookups = 0;  // take_free_block calls: the clock garbage collection ages blocks by
+  StreamBins* bins = nullptr;  // where its free blocks are indexed (its stream's, its pool's)
 };
 
 }  // namespace cachalloc

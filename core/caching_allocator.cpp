@@ -14,6 +14,11 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config,
   allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
                                             static_cast<double>(device_total_));
   stats_.max_split_size = static_cast<std::int64_t>(config_.max_split_size);
+  // Deferred frees may hold back 1/64 of what the allocator may use (at
+  // least 256 MiB) before a free records a fence by itself: a loop over a
+  // few large buffers then fences every few frees instead of growing the
+  // cache by a segment per free.
+  deferred_bytes_limit_ = std::max<std::size_t>(256 * MiB, allowed_bytes_ / 64);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -42,8 +47,22 @@ Block* CachingAllocator::make_block() {
 }
 
 // Blocks are recycled, not deleted: splits and merges are the hot path.
+// make_block() callers set what they need; a dropped block is reset here
+// field by field (its stream_uses vector keeps its capacity).
 void CachingAllocator::drop_block(Block* block) {
-  *block = Block{};
+  block->ptr = 0;
+  block->size = block->requested = 0;
+  block->stream = 0;
+  block->segment = nullptr;
+  block->prev = block->next = nullptr;
+  block->allocated = false;
+  block->mapped = true;
+  block->pending_events = 0;
+  block->exported = block->retained = false;
+  block->id = block->gc_stamp = 0;
+  block->stream_uses.clear();
+  block->free_prev = block->free_next = nullptr;
+  block->in_pool = block->deferred = false;
   spare_blocks_.push_back(block);
 }
 
@@ -146,10 +165,7 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   return out;
 }
 
-Block* CachingAllocator::find_live(DevicePtr ptr) const {
-  auto it = live_.find(ptr);
-  return it == live_.end() ? nullptr : it->second;
-}
+Block* CachingAllocator::find_live(DevicePtr ptr) const { return live_.find(ptr); }
 
 bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   auto it = segments_.upper_bound(ptr);
@@ -159,7 +175,7 @@ bool CachingAllocator::inside_segment(DevicePtr ptr) const {
 }
 
 void CachingAllocator::notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
-  if (observer_ == nullptr) return;
+  if (observer_ == nullptr || !observer_->wants_events()) [[likely]] return;
   const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current,
                          stats_.reserved_bytes[StatType::aggregate].current};
   observer_->on_event(device_, event);

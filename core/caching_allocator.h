@@ -8,7 +8,15 @@
 // out-of-memory path (release one cached segment, retry; release all,
 // retry; fail).  free() returns the block to its stream's pool, merged with
 // free neighbours, or — when other streams used it — parks it until events
-// recorded on those streams complete.
+// recorded on those streams complete.  free_deferred() (a free with no
+// stream, in a program with several) batches blocks behind one fence for
+// all streams (fence_path.cpp).
+//
+// The common case reads like mimalloc's: a cached malloc is a bin lookup
+// (free_index.h) and a split, a free a hash-table erase (live_map.h) and a
+// merge, under an uncontended futex lock (fast_mutex.h), with no heap
+// allocation and no driver call; pending events and fences are looked at
+// only when the cache misses.
 //
 // Thread safety: every public method takes the allocator's mutex.
 #pragma once
@@ -16,7 +24,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <memory_resource>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -26,8 +33,10 @@
 
 #include "backend.h"
 #include "block.h"
+#include "free_index.h"
+#include "live_map.h"
 #include "config.h"
-#include "node_arena.h"
+#include "fast_mutex.h"
 #include "observer.h"
 #include "stats.h"
 
@@ -78,6 +87,16 @@ class CachingAllocator {
   // Like free(), but the block becomes reusable only after all work enqueued
   // so far on each of `streams` has completed (one event per stream).
   Status free_fenced(DevicePtr ptr, std::span<const StreamId> streams);
+
+  // Like free(), for memory whose last use may be on any stream: the block
+  // becomes reusable once a fence (DeviceBackend::fence_record) recorded
+  // after this call completes.  Fences are batched: one is recorded when the
+  // cache misses and enough frees wait (about 20 per driver event of a
+  // fence), or when the waiting bytes pass deferred_bytes_limit(); their
+  // completion is checked when the cache misses.  Never synchronizes.
+  Status free_deferred(DevicePtr ptr);
+  // Bytes that may wait for a fence before one is recorded at the free.
+  std::size_t deferred_bytes_limit() const { return deferred_bytes_limit_; }
 
   // Marks a live block as used on `stream`: its free will wait for that stream.
   Status record_stream(DevicePtr ptr, StreamId stream);
@@ -151,6 +170,7 @@ class CachingAllocator {
 
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
   Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
+  Block* release_live(DevicePtr ptr, Status* st);
   Block* find_live(DevicePtr ptr) const;
   bool inside_segment(DevicePtr ptr) const;
   BlockPool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
@@ -170,10 +190,10 @@ class CachingAllocator {
   void park_until(Block* block, std::span<const StreamId> streams);
   bool record_pending_event(Block* block, StreamId stream);
   void reactivate(Block* block);
-  void process_events();
+  bool process_events();
   void synchronize_events();
   bool wait_event(EventId event);
-  void settle_unsynced();
+  bool settle_unsynced();
 
   // Giving memory back (release_path.cpp).
   void release_segment(Block* block);
@@ -201,6 +221,16 @@ class CachingAllocator {
   std::size_t unmappable_bytes(const Segment* seg) const;
   std::size_t absorb(Block* dst, Block* src);
 
+  // Fences for deferred frees (fence_path.cpp).
+  void defer(Block* block);
+  bool reclaim_pending();
+  bool issue_fence();
+  bool poll_fences();
+  void wait_fences();
+  void flush_deferred();
+  void complete_batch(Block* blocks);
+  std::size_t fence_batch_min() const { return 20 * static_cast<std::size_t>(events_per_fence_); }
+
   // Events from a pool, not created per free.
   EventId acquire_event(Status* err);
   void recycle_event(EventId event);
@@ -212,22 +242,37 @@ class CachingAllocator {
   const int device_;
   std::size_t allowed_bytes_ = 0;
   std::size_t device_total_ = 0;
-  mutable std::mutex mutex_;
+  mutable FastMutex mutex_;
 
-  // Container nodes and Block objects come from here, not from malloc: a
-  // cached malloc+free pair then costs no heap call at all.  Declared before
-  // the containers so it outlives them.
-  NodeArena nodes_;
+  // Block objects are recycled, not deleted: a cached malloc+free pair then
+  // costs no heap call at all.
   std::vector<Block*> spare_blocks_;
   Block* make_block();
   void drop_block(Block* block);
 
-  BlockPool small_pool_{true, &nodes_};
-  BlockPool large_pool_{false, &nodes_};
-  std::pmr::unordered_map<DevicePtr, Block*> live_{&nodes_};  // allocated blocks by address
+  BlockPool small_pool_{true};
+  BlockPool large_pool_{false};
+  LiveMap live_;                                 // allocated blocks by address
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
-  std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;  // per stream, in record order
+  // Per stream, in record order.  Entries are kept when their queue empties
+  // (one per stream that ever waited), so parking a block allocates nothing.
+  std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;
+  std::size_t pending_count_ = 0;                // events in all queues
+  // Deferred frees (free_deferred) not yet behind a fence, linked through
+  // Block::free_next; then batches behind fences, oldest first.
+  struct FenceBatch {
+    FenceId fence;
+    Block* blocks;
+    std::size_t count;
+  };
+  Block* deferred_ = nullptr;
+  std::size_t deferred_count_ = 0;
+  std::size_t deferred_bytes_ = 0;               // of the blocks in that list
+  std::deque<FenceBatch> fences_;
+  std::size_t fenced_count_ = 0;                 // blocks behind fences
+  int events_per_fence_ = 1;                     // the last fence's cost
+  std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the
   // device synchronization failed too): each holds one pending count until
   // a device synchronization succeeds.

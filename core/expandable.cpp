@@ -199,7 +199,7 @@ void CachingAllocator::add_free_remnant(Block* b) {
 void CachingAllocator::unmap_all_free_pages() {
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> free_blocks;
-    for (Block* b : pool->blocks)
+    for (Block* b : pool->blocks.all())
       if (b->segment->expandable) free_blocks.push_back(b);
     for (Block* b : free_blocks) unmap_free_block(b);
   }

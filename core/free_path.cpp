@@ -12,11 +12,17 @@
 
 namespace cachalloc {
 
-Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams) {
-  if (ptr == 0) return kSuccess;
+// Takes `ptr`'s block out of the live map and the allocation statistics.
+// nullptr (and *st) when ptr is not a live block, or when the block was
+// exported and is now retained: then nothing more is to be done.
+Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
+  *st = kSuccess;
+  if (ptr == 0) return nullptr;
   Block* block = find_live(ptr);
-  if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
-
+  if (block == nullptr) [[unlikely]] {
+    *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
+    return nullptr;
+  }
   const bool small = block->segment->small;
   const auto bytes = static_cast<std::int64_t>(block->size);
   live_.erase(block->ptr);
@@ -28,6 +34,18 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
   notify(TraceKind::free, block->ptr, block->size, block->stream);
   if (block->exported) [[unlikely]] {
     retain(block);
+    return nullptr;
+  }
+  return block;
+}
+
+Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams) {
+  Status st = kSuccess;
+  Block* block = release_live(ptr, &st);
+  if (block == nullptr) return st;
+  // The common case: freed on its own stream, used on no other.
+  if (block->stream_uses.empty() && fence_streams.empty()) [[likely]] {
+    deactivate(block);
     return kSuccess;
   }
 
@@ -81,18 +99,14 @@ bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
   }
   ++block->pending_events;
   pending_[stream].push_back({event, block});
+  ++pending_count_;
   return true;
 }
 
 Status CachingAllocator::retire_stream(StreamId stream) {
   std::lock_guard lock(mutex_);
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
-    Block key;
-    key.stream = stream;
-    std::vector<Block*> cached;
-    for (auto it = pool->blocks.lower_bound(&key); it != pool->blocks.end() && (*it)->stream == stream; ++it)
-      cached.push_back(*it);
-    for (Block* b : cached) {
+    for (Block* b : pool->blocks.on_stream(stream)) {
       if (!record_pending_event(b, stream)) {
         // No event: wait for the device instead; what is still cached is
         // then safe to reuse on any stream.
@@ -180,10 +194,11 @@ std::size_t CachingAllocator::absorb(Block* dst, Block* src) {
 
 // Completes events in record order per stream; stops at the first one not
 // done on each stream (later ones on that stream cannot be done earlier).
-void CachingAllocator::process_events() {
-  settle_unsynced();
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    auto& queue = it->second;
+// Returns whether any block became free.
+bool CachingAllocator::process_events() {
+  bool freed = settle_unsynced();
+  if (pending_count_ == 0) return freed;
+  for (auto& [stream, queue] : pending_) {
     while (!queue.empty()) {
       const PendingEvent& front = queue.front();
       const Status st = backend_->event_query(front.event);
@@ -194,28 +209,34 @@ void CachingAllocator::process_events() {
       Block* block = front.block;
       recycle_event(front.event);
       queue.pop_front();
-      if (--block->pending_events == 0) deactivate(block);
+      --pending_count_;
+      if (--block->pending_events == 0) {
+        deactivate(block);
+        freed = true;
+      }
     }
-    it = queue.empty() ? pending_.erase(it) : std::next(it);
   }
+  return freed;
 }
 
 // Waits for every pending event; used before releasing memory.  An event
 // that cannot be waited for (nor the device) keeps its block parked.
+// Deferred frees are put behind a fence first, and fences waited for too.
 void CachingAllocator::synchronize_events() {
   settle_unsynced();
-  if (pending_.empty()) return;
+  flush_deferred();
+  wait_fences();
+  if (pending_count_ == 0) return;
   ++stats_.num_sync_all_streams;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    auto& queue = it->second;
+  for (auto& [stream, queue] : pending_) {
     while (!queue.empty()) {
       const PendingEvent pe = queue.front();
       if (!wait_event(pe.event)) break;
       recycle_event(pe.event);
       queue.pop_front();
+      --pending_count_;
       if (--pe.block->pending_events == 0) deactivate(pe.block);
     }
-    it = queue.empty() ? pending_.erase(it) : std::next(it);
   }
 }
 
@@ -226,13 +247,14 @@ bool CachingAllocator::wait_event(EventId event) {
   return backend_->synchronize_device() == kSuccess;
 }
 
-void CachingAllocator::settle_unsynced() {
-  if (unsynced_.empty() || backend_->synchronize_device() != kSuccess) return;
+bool CachingAllocator::settle_unsynced() {
+  if (unsynced_.empty() || backend_->synchronize_device() != kSuccess) return false;
   ++stats_.num_sync_all_streams;
   std::vector<Block*> blocks = std::move(unsynced_);
   unsynced_.clear();
   for (Block* b : blocks)
     if (--b->pending_events == 0) deactivate(b);
+  return true;
 }
 
 EventId CachingAllocator::acquire_event(Status* err) {

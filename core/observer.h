@@ -6,6 +6,7 @@
 // back into the allocator, and must be cheap (the trace ring buffer is).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -41,6 +42,13 @@ class AllocatorObserver {
   virtual ~AllocatorObserver() = default;
   virtual void on_event(int device, const TraceEvent& event) = 0;
   virtual void on_oom(int device, const OomReport& report) = 0;
+  // Whether on_event wants events now: one relaxed load, so that the
+  // allocator's hot path neither builds nor sends events nobody records.
+  bool wants_events() const { return events_on_ == nullptr || events_on_->load(std::memory_order_relaxed); }
+
+ protected:
+  // Set by an observer whose interest can change (nullptr: always).
+  const std::atomic<bool>* events_on_ = nullptr;
 };
 
 // A copy of the allocator's state for snapshots (see snapshot()).

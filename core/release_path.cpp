@@ -97,8 +97,7 @@ Status CachingAllocator::release_after_context_death() {
 std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) const {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
-  for (const auto& [ptr, block] : live_)
-    if (block->stream != except) ++n;
+  live_.for_each([&](DevicePtr, const Block* block) { n += block->stream != except; });
   return n;
 }
 
@@ -107,7 +106,7 @@ std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) con
 bool CachingAllocator::release_one_cached(std::size_t size) {
   Block* best = nullptr;
   for (BlockPool* pool : {&small_pool_, &large_pool_})
-    for (Block* b : pool->blocks)
+    for (Block* b : pool->blocks.all())
       if (!b->is_split() && !b->segment->expandable && b->size >= size && (best == nullptr || b->size < best->size))
         best = b;
   if (best == nullptr) return false;
@@ -118,7 +117,7 @@ bool CachingAllocator::release_one_cached(std::size_t size) {
 void CachingAllocator::release_all_cached() {
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> whole;
-    for (Block* b : pool->blocks)
+    for (Block* b : pool->blocks.all())
       if (!b->is_split() && !b->segment->expandable) whole.push_back(b);
     for (Block* b : whole) release_segment(b);
   }
@@ -137,7 +136,7 @@ void CachingAllocator::collect_garbage() {
 
   std::vector<Block*> candidates;
   std::uint64_t total_age = 0;
-  for (Block* b : large_pool_.blocks)
+  for (Block* b : large_pool_.blocks.all())
     if (!b->is_split() && !b->segment->expandable) {
       candidates.push_back(b);
       total_age += large_pool_.lookups - b->gc_stamp;
@@ -176,7 +175,7 @@ void CachingAllocator::report_oom(std::size_t requested, std::size_t rounded, St
   r.allocated = static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current);
   r.reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
   for (BlockPool* pool : {&small_pool_, &large_pool_})
-    for (const Block* b : pool->blocks)
+    for (const Block* b : pool->blocks.all())
       if (b->size > r.largest_free_block) r.largest_free_block = b->size;
   observer_->on_oom(device_, r);
 }

@@ -21,6 +21,7 @@ void for_each_array(DeviceStats& s, Fn fn) {
     for (Stat& st : arr->a) fn(st);
   fn(s.oversize_allocations);
   fn(s.oversize_segments);
+  fn(s.deferred_free_bytes);
 }
 
 void add_stat(std::vector<std::pair<std::string, std::int64_t>>& out, const std::string& prefix, const Stat& s) {
@@ -43,6 +44,9 @@ void DeviceStats::reset_accumulated() {
   num_sync_all_streams = 0;
   num_device_alloc = 0;
   num_device_free = 0;
+  num_deferred_frees = 0;
+  num_fences = 0;
+  num_fence_events = 0;
 }
 
 std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s) {
@@ -64,6 +68,10 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_device_alloc", s.num_device_alloc);
   out.emplace_back("num_device_free", s.num_device_free);
   out.emplace_back("max_split_size", s.max_split_size);
+  out.emplace_back("num_deferred_frees", s.num_deferred_frees);
+  out.emplace_back("num_fences", s.num_fences);
+  out.emplace_back("num_fence_events", s.num_fence_events);
+  add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);
   return out;
 }
 

@@ -69,6 +69,15 @@ struct DeviceStats {
   std::int64_t num_device_free = 0;       // device free calls
   std::int64_t max_split_size = 0;        // configured max_split_size, bytes
 
+  // Not in PyTorch: frees with no stream that waited for a fence
+  // (CachingAllocator::free_deferred), the fences recorded for them and the
+  // driver events those took, and the bytes waiting (the memory the fences
+  // hold back; its peak is what batching costs).
+  std::int64_t num_deferred_frees = 0;
+  std::int64_t num_fences = 0;
+  std::int64_t num_fence_events = 0;
+  Stat deferred_free_bytes;
+
   void reset_peak();
   void reset_accumulated();
 };

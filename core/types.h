@@ -26,6 +26,7 @@ using DevicePtr = std::uintptr_t;  // CUdeviceptr
 using StreamId = std::uintptr_t;   // CUstream; 0 is the legacy default stream
 using EventId = std::uintptr_t;    // CUevent
 using MemHandle = std::uintptr_t;  // CUmemGenericAllocationHandle
+using FenceId = std::uintptr_t;    // a backend's fence (backend.h)
 
 inline constexpr std::size_t KiB = 1024;
 inline constexpr std::size_t MiB = 1024 * KiB;

@@ -26,6 +26,7 @@ void check(bool ok, const char* what, DevicePtr where) {
 struct Recount {
   DeviceStats s;
   std::size_t pending_events = 0;
+  std::size_t deferred = 0;
 };
 
 void check_current(const StatArray& got, const StatArray& want, const char* name) {
@@ -88,14 +89,20 @@ void CachingAllocator::validate() const {
       }
       check(!b->exported || b->allocated, "exported flag on a block not allocated", b->ptr);
       busy = busy || b->allocated || b->pending_events != 0;
-      const bool in_live = live_.count(b->ptr) != 0 && live_.at(b->ptr) == b;
+      const bool in_live = live_.find(b->ptr) == b;
       check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
       const BlockPool& pool = small ? small_pool_ : large_pool_;
-      const BlockPool& other = small ? large_pool_ : small_pool_;
-      const bool pooled = pool.blocks.count(const_cast<Block*>(b)) != 0;
-      check(other.blocks.count(const_cast<Block*>(b)) == 0, "block sits in the wrong pool", b->ptr);
+      const bool pooled = b->in_pool;
       check(pooled == b->is_free(), "free block missing from its pool, or busy block in it", b->ptr);
-      if (pooled) ++free_in_pools;
+      check(seg->bins == pool.blocks.bins_of(seg->stream), "segment indexed in another stream's or pool's bins",
+            b->ptr);
+      if (pooled) {
+        ++free_in_pools;
+        if (const char* why = seg->bins->check(b)) check(false, why, b->ptr);
+      }
+      check(b->deferred == false || (b->pending_events == 1 && !b->allocated), "deferred block in another state",
+            b->ptr);
+      if (b->deferred) ++rc.deferred;
       const auto bytes = static_cast<std::int64_t>(b->size);
       if (b->allocated) {
         rc.s.allocation.increase(small, 1);
@@ -127,7 +134,27 @@ void CachingAllocator::validate() const {
         "live map holds a block of no segment", 0);
   std::size_t queued = 0;
   for (const auto& [stream, queue] : pending_) queued += queue.size();
-  check(queued + unsynced_.size() == rc.pending_events, "pending event queues disagree with block counts", 0);
+  check(queued == pending_count_, "pending event count disagrees with the queues", 0);
+  std::size_t listed = 0;
+  std::size_t listed_bytes = 0;
+  for (const Block* b = deferred_; b != nullptr; b = b->free_next) {
+    check(b->deferred, "block in the deferred list not marked deferred", b->ptr);
+    ++listed;
+    listed_bytes += b->size;
+  }
+  check(listed == deferred_count_ && listed_bytes == deferred_bytes_, "deferred list disagrees with its counts", 0);
+  std::size_t fenced = 0;
+  for (const FenceBatch& f : fences_) {
+    std::size_t n = 0;
+    for (const Block* b = f.blocks; b != nullptr; b = b->free_next, ++n)
+      check(b->deferred, "block behind a fence not marked deferred", b->ptr);
+    check(n == f.count, "fence batch disagrees with its count", 0);
+    fenced += n;
+  }
+  check(fenced == fenced_count_, "fenced block count disagrees with the batches", 0);
+  check(listed + fenced == rc.deferred, "deferred blocks missing from the deferred list and fences", 0);
+  check(queued + unsynced_.size() + listed + fenced == rc.pending_events,
+        "pending event queues disagree with block counts", 0);
 
   check_current(stats_.allocation, rc.s.allocation, "allocation");
   check_current(stats_.segment, rc.s.segment, "segment");
@@ -140,6 +167,12 @@ void CachingAllocator::validate() const {
   check_current(stats_.requested_bytes, rc.s.requested_bytes, "requested_bytes");
   check(stats_.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
   check(stats_.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
+  std::size_t deferred_bytes = 0;
+  for (const Block* b = deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
+  for (const FenceBatch& f : fences_)
+    for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
+  check(stats_.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
+        "deferred_free_bytes disagrees with the deferred blocks", 0);
   for (const StatArray* arr : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
                                &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
     for (const Stat& st : arr->a) {

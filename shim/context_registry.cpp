@@ -105,6 +105,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
       device_total_(device_total),
       index_(index),
       backend_(driver, device, cfg.expandable_segments_handle_type) {
+  backend_.set_streams(&nonblocking_);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
 }
@@ -117,17 +118,11 @@ void ContextState::retire() {
 void ContextState::note_stream(StreamId id, bool non_blocking) {
   if (id == kLegacyStreamId) return;
   multi_stream_.store(true, std::memory_order_relaxed);
-  if (!non_blocking) return;
-  std::lock_guard lock(mutex_);
-  nonblocking_.insert(id);
-  nonblocking_live_.store(nonblocking_.size(), std::memory_order_relaxed);
+  if (non_blocking) nonblocking_.add(id);
 }
 
-void ContextState::forget_stream(StreamId id) {
-  std::lock_guard lock(mutex_);
-  nonblocking_.erase(id);
-  nonblocking_live_.store(nonblocking_.size(), std::memory_order_relaxed);
-}
+// Before the real cuStreamDestroy: waits for a fence recording on it.
+void ContextState::forget_stream(StreamId id) { nonblocking_.remove(id); }
 
 bool ContextState::defer_free(DevicePtr ptr) {
   std::lock_guard lock(mutex_);

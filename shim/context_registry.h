@@ -26,6 +26,7 @@
 #include "cuda_backend.h"
 #include "real_driver.h"
 #include "stream_ids.h"
+#include "stream_set.h"
 
 namespace cachalloc::shim {
 
@@ -49,10 +50,9 @@ class ContextState {
   bool alive() const { return !dead_.load(std::memory_order_acquire); }
   void retire();
 
-  // Stream bookkeeping for the free policy.  The shim records events only
-  // on the legacy stream and on a stream the program is handing it in the
-  // same call: a handle kept from earlier may have been destroyed by a path
-  // no hook sees, and an event recorded on a dead stream crashes the driver.
+  // Stream bookkeeping for the free policy: fences record one event on
+  // each live non-blocking stream, under the stream set's lock, which the
+  // stream-destroy hook also takes (stream_set.h).
   void note_stream(StreamId id, bool non_blocking);  // created or used (not legacy)
   void forget_stream(StreamId id);                   // destroyed
   // Called before the real cuStreamDestroy: drops the stream and makes the
@@ -60,10 +60,8 @@ class ContextState {
   void retire_stream(StreamId id);
   // True once anything but the legacy default stream was seen.
   bool multi_stream() const { return multi_stream_.load(std::memory_order_relaxed); }
-  // True while a non-blocking stream is (as far as the hooks know) alive:
-  // work on it is not ordered by the legacy stream, so only a device
-  // synchronization covers it.
-  bool nonblocking_streams_live() const { return nonblocking_live_.load(std::memory_order_relaxed) > 0; }
+  // How many non-blocking streams are (as far as the hooks know) alive.
+  std::size_t nonblocking_streams_live() const { return nonblocking_.size(); }
 
   // Frees that arrive while a graph capture is in flight can neither record
   // an event on the legacy stream nor synchronize (either would break the
@@ -82,9 +80,8 @@ class ContextState {
   std::unique_ptr<CachingAllocator> allocator_;
   std::atomic<bool> dead_{false};
   mutable std::mutex mutex_;
-  std::set<StreamId> nonblocking_;   // live non-blocking streams
+  StreamSet nonblocking_;            // live non-blocking streams
   std::atomic<bool> multi_stream_{false};
-  std::atomic<std::size_t> nonblocking_live_{0};
   std::set<DevicePtr> deferred_;
   std::atomic<std::size_t> deferred_count_{0};
 };

@@ -76,6 +76,73 @@ Status CudaBackend::synchronize_device() {
   return status(d_->cuCtxSynchronize());
 }
 
+CudaBackend::Fence* CudaBackend::take_fence() {
+  if (spare_fences_.empty()) return new Fence;
+  Fence* f = spare_fences_.back();
+  spare_fences_.pop_back();
+  return f;
+}
+
+// Records the fence's next event on `stream`, creating it when the pooled
+// fence has none left.
+bool CudaBackend::record_on(Fence* f, CUstream stream) {
+  if (f->used == f->events.size()) {
+    CUevent e = nullptr;
+    if (d_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+    f->events.push_back(e);
+  }
+  if (d_->cuEventRecord(f->events[f->used], stream) != CUDA_SUCCESS) return false;
+  ++f->used;
+  return true;
+}
+
+Status CudaBackend::fence_record(FenceId* out, int* events) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  Fence* f = take_fence();
+  f->used = f->done = 0;
+  bool ok = record_on(f, CU_STREAM_LEGACY);
+  if (ok && streams_ != nullptr)
+    ok = streams_->for_each_locked([&](StreamId id) {
+      CUstream s = nullptr;
+      return !to_cu_stream(id, &s) || record_on(f, s);
+    });
+  if (!ok) {
+    spare_fences_.push_back(f);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  *out = reinterpret_cast<FenceId>(f);
+  *events = static_cast<int>(f->used);
+  return kSuccess;
+}
+
+// Events complete in record order on each stream, but a fence spans
+// several: the ones already seen complete are not asked again.
+Status CudaBackend::fence_query(FenceId fence) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
+  auto* f = reinterpret_cast<Fence*>(fence);
+  while (f->done < f->used) {
+    const CUresult r = d_->cuEventQuery(f->events[f->done]);
+    if (r != CUDA_SUCCESS) return status(r);
+    ++f->done;
+  }
+  return kSuccess;
+}
+
+Status CudaBackend::fence_synchronize(FenceId fence) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  auto* f = reinterpret_cast<Fence*>(fence);
+  while (f->done < f->used) {
+    const CUresult r = d_->cuEventSynchronize(f->events[f->done]);
+    if (r != CUDA_SUCCESS) return status(r);
+    ++f->done;
+  }
+  return kSuccess;
+}
+
+void CudaBackend::fence_destroy(FenceId fence) { spare_fences_.push_back(reinterpret_cast<Fence*>(fence)); }
+
 // expandable_segments_handle_type: `auto` asks for POSIX file descriptors
 // (shareable with other processes, as PyTorch does) and falls back to plain
 // handles where the driver refuses them; `posix_fd`, `fabric` and `none`

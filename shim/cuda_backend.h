@@ -9,10 +9,12 @@
 #pragma once
 
 #include <atomic>
+#include <vector>
 
 #include "backend.h"
 #include "config.h"
 #include "real_driver.h"
+#include "stream_set.h"
 
 namespace cachalloc::shim {
 
@@ -32,6 +34,18 @@ class CudaBackend final : public DeviceBackend {
   Status event_destroy(EventId event) override;
   Status synchronize_device() override;
 
+  // A fence is one event on the legacy stream plus one on each stream of
+  // `streams` (stream_set.h), recorded under that set's lock; refused
+  // (kNotReady) while a graph capture is in flight, where a record on the
+  // legacy stream would join or invalidate it.  Fences and their events are
+  // pooled: a fence costs its event records, nothing else.  Only the
+  // allocator calls these, under its lock.
+  Status fence_record(FenceId* out, int* events) override;
+  Status fence_query(FenceId fence) override;
+  Status fence_synchronize(FenceId fence) override;
+  void fence_destroy(FenceId fence) override;
+  void set_streams(const StreamSet* streams) { streams_ = streams; }
+
   Status vm_granularity(std::size_t* out) override;
   Status vm_reserve(std::size_t size, DevicePtr* out) override;
   Status vm_release_range(DevicePtr base, std::size_t size) override;
@@ -47,6 +61,14 @@ class CudaBackend final : public DeviceBackend {
   void detach() { detached_.store(true, std::memory_order_release); }
 
  private:
+  struct Fence {
+    std::vector<CUevent> events;  // created lazily, kept for reuse
+    std::size_t used = 0;         // events recorded for this fence
+    std::size_t done = 0;         // of those, known complete
+  };
+  bool record_on(Fence* f, CUstream stream);
+  Fence* take_fence();
+
   CUmemAllocationProp allocation_prop() const;
   CUmemAllocationHandleType requested_handle_type() const;
   bool detached() const { return detached_.load(std::memory_order_acquire); }
@@ -57,6 +79,8 @@ class CudaBackend final : public DeviceBackend {
   // Set once cuMemCreate refused the requested shareable handle type.
   mutable bool plain_handles_ = false;
   std::atomic<bool> detached_{false};
+  const StreamSet* streams_ = nullptr;
+  std::vector<Fence*> spare_fences_;  // never freed: the process may exit with the driver gone
 };
 
 }  // namespace cachalloc::shim

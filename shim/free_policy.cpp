@@ -14,30 +14,29 @@ FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
     case FreeSync::device:
       return FreeRule::device;
     case FreeSync::fence:
-      return ctx.nonblocking_streams_live() ? FreeRule::device : FreeRule::fence;
+      return FreeRule::fence;
     case FreeSync::automatic:
       break;
   }
-  if (!ctx.multi_stream()) [[likely]] return FreeRule::stream;
-  return ctx.nonblocking_streams_live() ? FreeRule::device : FreeRule::fence;
+  return ctx.multi_stream() ? FreeRule::fence : FreeRule::stream;
 }
 
 Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
   CachingAllocator& a = ctx.allocator();
-  if (rule != FreeRule::stream && capture_in_flight()) [[unlikely]] {
+  // A device synchronization would break a capture: the block stays
+  // allocated until it ends.  (A fenced free needs nothing: its fence is
+  // refused while a capture is in flight, CudaBackend::fence_record.)
+  if (rule == FreeRule::device && capture_in_flight()) [[unlikely]] {
     if (!a.is_live(ptr)) return a.free(ptr);  // kNotOwned or kInvalidValue, nothing changes
     return ctx.defer_free(ptr) ? kSuccess : kInvalidValue;
   }
   switch (rule) {
     case FreeRule::stream:
       return a.free(ptr);
-    case FreeRule::fence: {
-      // An event on the legacy stream completes only after all work enqueued
-      // before it on every blocking stream, per-thread default streams
-      // included: one event covers them all.
-      static constexpr StreamId kLegacyOnly[] = {kLegacyStreamId};
-      return a.free_fenced(ptr, kLegacyOnly);
-    }
+    case FreeRule::fence:
+      // Batched behind a fence on every stream (core/fence_path.cpp,
+      // CudaBackend::fence_record): no driver call here.
+      return a.free_deferred(ptr);
     case FreeRule::device: {
       // Only synchronize for pointers we own: a foreign pointer goes to the
       // real cuMemFree, which synchronizes by itself.

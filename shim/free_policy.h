@@ -5,19 +5,17 @@
 //   stream — allocator.free(): reuse at once for the next cuMemAlloc, safe
 //            when all work runs in one stream order (PyTorch's rule).
 //   device — cuCtxSynchronize, then free: cudaFree's own cost.
-//   fence  — free_fenced() with one event on the legacy stream, which
-//            completes only after all earlier work on every blocking stream
-//            (per-thread default streams included); cuMemAlloc blocks sit on
-//            a pseudo-stream (stream_ids.h) so the legacy stream is fenced.
-//            Work on non-blocking streams is not ordered by the legacy
-//            stream: while one is alive, fence means device.
+//   fence  — allocator.free_deferred(): no driver call at the free; the
+//            block is reused once a fence recorded after it completes — one
+//            event on the legacy stream (ordering every blocking stream,
+//            per-thread default streams included) and one on each live
+//            non-blocking stream, recorded for a batch of frees when the
+//            cache misses (core/fence_path.cpp, CudaBackend::fence_record).
 //   auto   — stream while the context has seen only the legacy stream,
 //            else fence.
 //
-// Why not an event on every live stream: a stream handle kept from earlier
-// may have been destroyed by a path no hook sees (measured on the H200 with
-// static cudart and four threads each creating and destroying a stream),
-// and recording an event on a dead stream crashes inside libcuda.
+// The stream-destroy hook and a fence's records take one lock
+// (stream_set.h): a fence never records on a stream being destroyed.
 #pragma once
 
 #include "context_registry.h"
@@ -31,7 +29,7 @@ FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx);
 
 // Frees `ptr` in `ctx` (current) by `rule`.  Returns the core's Status
 // (kNotOwned when the allocator does not own `ptr`).
-// During a graph capture, fence and device frees are deferred (see
+// During a graph capture, device frees are deferred (see
 // ContextState::defer_free).
 Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule);
 

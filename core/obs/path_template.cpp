@@ -8,8 +8,24 @@
 
 namespace cachalloc::obs {
 
+// The order matters where launchers nest: under `srun torchrun ...` every
+// worker of a node shares SLURM_PROCID (torchrun's own task) while RANK is
+// the worker's global rank; an MPI launcher's rank variable names the same
+// process as SLURM_PROCID where both are set.  LOCAL_RANK alone (a launcher that
+// sets no global rank) is the last resort.
 std::string rank_from_environment() {
-  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+  static constexpr const char* kRankVariables[] = {
+      "RANK",                  // torchrun, torch.distributed.launch, accelerate, DeepSpeed
+      "OMPI_COMM_WORLD_RANK",  // Open MPI's mpirun
+      "PMIX_RANK",             // PMIx launchers (prterun, srun --mpi=pmix)
+      "PMI_RANK",              // MPICH and Intel MPI (Hydra mpiexec)
+      "MV2_COMM_WORLD_RANK",   // MVAPICH2
+      "FLUX_TASK_RANK",        // Flux
+      "JSM_NAMESPACE_RANK",    // IBM jsrun
+      "SLURM_PROCID",          // srun
+      "LOCAL_RANK",            // torchrun's rank within the node, when nothing else is set
+  };
+  for (const char* name : kRankVariables) {
     const char* v = std::getenv(name);
     if (v != nullptr && *v != '\0') return v;
   }

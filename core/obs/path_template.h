@@ -3,7 +3,9 @@
 // So that every process of a multi-process job writes its own file:
 //   %p  process id
 //   %h  host name
-//   %r  rank: the first of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID
+//   %r  rank: the first of RANK (torchrun), OMPI_COMM_WORLD_RANK (Open MPI),
+//       PMIX_RANK, PMI_RANK (MPICH, Intel MPI), MV2_COMM_WORLD_RANK,
+//       FLUX_TASK_RANK, JSM_NAMESPACE_RANK, SLURM_PROCID (srun), LOCAL_RANK
 //       that is set and non-empty; "0" when none is (a single process)
 //   %d  UTC date and time when the file is written, "YYYYmmdd-HHMMSS".
 //       Not the CUDA device: one file holds every device of the process.

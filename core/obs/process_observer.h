@@ -46,7 +46,7 @@ class ProcessObserver final : public AllocatorObserver {
   TraceRing::Contents trace_contents() const;
 
   // Public so tests can build their own (instance() is for the shim).
-  ProcessObserver() = default;
+  ProcessObserver() { events_on_ = &tracing_; }
 
  private:
   std::atomic<bool> tracing_{false};

@@ -113,6 +113,15 @@ class FakeBackend final : public DeviceBackend {
     events_.erase(e);
     return kSuccess;
   }
+  // A fence is the base class's event on stream 0, unless refused (as the
+  // shim's backend refuses one while a graph capture is in flight).
+  void refuse_fences(bool on) { refuse_fences_ = on; }
+  int fence_records = 0;
+  Status fence_record(FenceId* out, int* events) override {
+    if (refuse_fences_) return kNotReady;
+    ++fence_records;
+    return DeviceBackend::fence_record(out, events);
+  }
   Status synchronize_device() override {
     ++device_syncs;
     complete_all_events();
@@ -219,6 +228,7 @@ class FakeBackend final : public DeviceBackend {
   int fail_next_ = 0;
   int fail_records_ = 0;
   int records_before_failing_ = 0;
+  bool refuse_fences_ = false;
   bool auto_complete_ = false;
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;

@@ -406,43 +406,49 @@ static int mem_alloc_async(void) {
 
 /* ---------------- events: a fenced free ---------------- */
 
-/* With a second stream alive a plain free is fenced by an event on the
- * legacy stream; without an event (cuEventCreate or cuEventRecord failing)
- * cachalloc synchronizes the device instead.  Either way a block freed while
- * a held stream may still use it comes back only after something waited:
- * an event completed or a synchronize. */
+/* Allocates and frees 2 rounds of 32 kept 1 MiB blocks (so the cache misses
+ * and fences get recorded); *reused says whether p was handed out again. */
+static int churn(CUdeviceptr p, int* reused) {
+  enum { N = 32 };
+  CUdeviceptr b[N];
+  *reused = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < N; ++i) {
+      RUN(alloc_expect(MiB, CUDA_SUCCESS, &b[i]));
+      *reused |= b[i] == p;
+    }
+    for (int i = 0; i < N; ++i) RUN(free_kept(b[i]));
+  }
+  return 0;
+}
+
+/* With a second stream alive a plain free waits for a fence (one event on
+ * the legacy stream per batch of frees, recorded when the cache misses);
+ * without an event (cuEventCreate or cuEventRecord failing) cachalloc
+ * synchronizes the device instead.  Either way a block freed while a held
+ * stream may still use it comes back only after something waited. */
 static int fenced_free_without_event(const char* call, CUresult err) {
   CUstream s;
-  CUdeviceptr p, q;
+  CUdeviceptr p;
   RUN(new_stream(0, &s));
   D.hold(s, 1); /* a kernel on s still uses what is freed */
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
-  RUN(alloc_expect(3 * MiB, CUDA_SUCCESS, NULL));
   arm(call, 0, -1, err);
-  for (int round = 0; round < 4; ++round) {
-    const struct fake_cuda_stats_t b = stats();
-    RUN(free_kept(p));
-    const struct fake_cuda_stats_t a = stats();
-    if (g_faults) {
-      CHECK(a.ctx_sync == b.ctx_sync + 1 && a.event_record == b.event_record);
-    } else {
-      CHECK(a.event_record == b.event_record + 1 && a.ctx_sync == b.ctx_sync);
-    }
-    RUN(alloc_expect(MiB, CUDA_SUCCESS, &q));
-    /* Reused only after the device was synchronized. */
-    CHECK((q == p) == (g_faults != 0));
-    p = q;
+  const struct fake_cuda_stats_t b = stats();
+  RUN(free_kept(p));
+  CHECK(stats().event_record == b.event_record && stats().ctx_sync == b.ctx_sync); /* nothing at the free */
+  int reused = 0;
+  RUN(churn(p, &reused));
+  const struct fake_cuda_stats_t a = stats();
+  if (g_faults) {
+    CHECK(a.ctx_sync > b.ctx_sync && reused); /* no fence: synchronized, then reused */
+  } else {
+    CHECK(a.event_record > b.event_record && a.ctx_sync == b.ctx_sync && !reused);
   }
   RUN(all_intact());
   CHECK(valid());
-  if (g_faults) CHECK(D.injected(err) == 4);
+  if (g_faults) CHECK(D.injected(err) >= 1);
   D.fail_reset();
-  /* Events again: the free is fenced, the block waits for s. */
-  const struct fake_cuda_stats_t b = stats();
-  RUN(free_kept(p));
-  CHECK(stats().event_record == b.event_record + 1 && stats().ctx_sync == b.ctx_sync);
-  RUN(alloc_expect(MiB, CUDA_SUCCESS, &q));
-  CHECK(q != p);
   D.hold(s, 0);
   return finish();
 }
@@ -450,35 +456,68 @@ static int fenced_free_without_event(const char* call, CUresult err) {
 static int event_create(void) { return fenced_free_without_event("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY); }
 static int event_record(void) { return fenced_free_without_event("cuEventRecord", CUDA_ERROR_LAUNCH_FAILED); }
 
-/* cuEventQuery failing: the block's event is waited for
- * (cuEventSynchronize), then the block is reused.  Reporting "not ready"
- * for ever: the block stays parked, nothing else is lost. */
+/* Allocates kept 1 MiB blocks until p comes back (*reused = 1) or the
+ * device grows (*reused = 0: the cache had nothing left, p stays out), then
+ * frees them.  The cache takes every reclaimable block before it grows, so
+ * this tells exactly whether p is reusable. */
+static int probe_reuse(CUdeviceptr p, int* reused) {
+  CUdeviceptr b[256];
+  int n = 0;
+  *reused = 0;
+  while (n < 256) {
+    const size_t before = stats().live_bytes;
+    RUN(alloc_expect(MiB, CUDA_SUCCESS, &b[n]));
+    if (b[n++] == p) {
+      *reused = 1;
+      break;
+    }
+    if (stats().live_bytes > before) break;
+  }
+  if (getenv("FAULTS_DEBUG")) fprintf(stderr, "probe: %d blocks, reused %d, faults %d\n", n, *reused, g_faults);
+  for (int i = 0; i < n; ++i) RUN(free_kept(b[i]));
+  return 0;
+}
+
+/* cuEventQuery failing while a fence is polled: the fence is waited for
+ * (cuEventSynchronize), then its blocks are reused.  Reporting "not ready"
+ * for ever: the blocks stay parked, nothing else is lost. */
 static int event_query(void) {
   CUstream s;
-  CUdeviceptr p, q, r;
+  CUdeviceptr p, q;
+  int reused = 0;
   RUN(new_stream(0, &s));
   D.hold(s, 1);
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
-  RUN(free_kept(p)); /* pending on s */
+  RUN(free_kept(p));
+  RUN(churn(p, &reused)); /* fences recorded; s is busy, so they wait */
+  CHECK(!reused);
   arm("cuEventQuery", 0, 1, CUDA_ERROR_UNKNOWN);
   const struct fake_cuda_stats_t b = stats();
-  RUN(alloc_expect(MiB, CUDA_SUCCESS, &q));
+  RUN(probe_reuse(p, &reused));
   const struct fake_cuda_stats_t a = stats();
   if (g_faults) {
-    CHECK(a.event_sync == b.event_sync + 1 && q == p); /* waited for, then reused */
+    CHECK(a.event_sync > b.event_sync && reused); /* waited for, then reused */
   } else {
-    CHECK(a.event_sync == b.event_sync && q != p); /* still pending */
+    CHECK(a.event_sync == b.event_sync && !reused); /* still pending */
   }
-  RUN(free_kept(q)); /* pending on s */
+  D.fail_reset();
   D.hold(s, 0);
   CHECK_CU(D.ctx_sync()); /* nothing pending on the device */
+  RUN(alloc_expect(MiB, CUDA_SUCCESS, &q));
+  RUN(free_kept(q));
   arm("cuEventQuery", 0, -1, CUDA_ERROR_NOT_READY);
-  RUN(alloc_expect(MiB, CUDA_SUCCESS, &r));
-  CHECK((r == p || r == q) == (g_faults == 0)); /* done, but reported not ready: not reused */
+  RUN(churn(q, &reused));
+  RUN(probe_reuse(q, &reused));
+  CHECK(reused == (g_faults == 0)); /* done, but reported not ready: not reused */
   RUN(all_intact());
   D.fail_reset();
-  RUN(alloc_expect(MiB, CUDA_SUCCESS, &r));
-  if (g_faults) CHECK(r == p || r == q);
+  int seen = 0;
+  RUN(churn(q, &seen));
+  RUN(probe_reuse(q, &reused));
+  CHECK(seen || reused);
+  /* Fences keep their events for reuse; the faulted run had one more fence
+   * in flight at a time, so one more pooled event (not a leak: bounded). */
+  g_event_slack = 1;
   return finish();
 }
 
@@ -505,30 +544,30 @@ static int event_sync(void) {
   return finish();
 }
 
-/* cuCtxSynchronize failing under the device rule (a non-blocking stream is
- * alive): cuMemFree returns the driver's error and the buffer stays
- * allocated, its data intact; freeing it again later works. */
+/* cuCtxSynchronize failing where cachalloc has no event to wait for (the
+ * fence's cuEventRecord fails too): the freed blocks stay parked — never
+ * reused early — and come back once a synchronization succeeds. */
 static int ctx_sync(void) {
   CUstream s;
-  CUdeviceptr p, q;
+  CUdeviceptr p;
+  int reused = 0;
   RUN(new_stream(CU_STREAM_NON_BLOCKING, &s));
-  RUN(alloc_expect(2 * MiB, CUDA_SUCCESS, &p));
+  D.hold(s, 1);
+  RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
   arm("cuCtxSynchronize", 0, -1, CUDA_ERROR_UNKNOWN);
-  const int i = find_buf(p);
-  CHECK(intact(&g_bufs[i]));
-  CUresult r = D.free(p);
-  CHECK(r == FAULT(CUDA_ERROR_UNKNOWN));
-  if (r == CUDA_SUCCESS) {
-    g_bufs[i] = g_bufs[--g_nbufs];
-  } else {
-    RUN(alloc_expect(2 * MiB, CUDA_SUCCESS, &q));
-    CHECK(q != p); /* still allocated */
-    RUN(all_intact());
-    CHECK(valid());
-    D.fail_reset();
-    RUN(free_kept(p));
-  }
-  RUN(alloc_expect(2 * MiB, CUDA_SUCCESS, NULL));
+  if (g_faults) D.fail("cuEventRecord", 0, -1, CUDA_ERROR_LAUNCH_FAILED);
+  RUN(free_kept(p)); /* a plain free never fails: it makes no driver call */
+  RUN(churn(p, &reused));
+  RUN(probe_reuse(p, &reused));
+  CHECK(!reused); /* with faults: no fence, no synchronization; without: s is busy */
+  RUN(all_intact());
+  CHECK(valid());
+  D.fail_reset();
+  D.hold(s, 0);
+  int seen = 0;
+  RUN(churn(p, &seen));
+  RUN(probe_reuse(p, &reused));
+  CHECK(seen || reused);
   return finish();
 }
 
@@ -624,7 +663,8 @@ static int stream_query(void) {
 }
 
 /* A stream the driver did not create is not one cachalloc fences for:
- * frees stay stream-ordered (no event), as with the legacy stream alone. */
+ * frees stay stream-ordered (reused at once), as with the legacy stream
+ * alone; with the stream created, the free waits for a fence. */
 static int stream_create(void) {
   CUstream s = NULL;
   CUdeviceptr p, q;
@@ -636,7 +676,7 @@ static int stream_create(void) {
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
   const unsigned long records = stats().event_record;
   RUN(free_kept(p));
-  CHECK(stats().event_record == records + (g_faults ? 0 : 1));
+  CHECK(stats().event_record == records); /* fenced or not, nothing at the free */
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &q));
   CHECK((q == p) == (g_faults != 0));
   D.hold(NULL, 0);
@@ -753,9 +793,11 @@ static int random_ops(void) {
     if (op % 250 == 0) CHECK(valid());
   }
   if (g_faults) {
-    CHECK(stats().failures_injected > 20);
     fprintf(stderr, "%lu calls failed: %u allocations, %u frees refused\n", stats().failures_injected, failed_allocs,
             failed_frees);
+    /* Frees make no driver call any more (fences are batched): fewer calls
+     * to fail than before, still enough to exercise every path. */
+    CHECK(stats().failures_injected > 10);
   }
   g_event_slack = 4;
   return finish();

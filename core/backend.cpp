@@ -1,0 +1,24 @@
+// backend.cpp — DeviceBackend's default fence: one event on the legacy stream.
+#include "backend.h"
+
+namespace cachalloc {
+
+Status DeviceBackend::fence_record(FenceId* out, int* events) {
+  EventId e = 0;
+  Status st = event_create(&e);
+  if (st != kSuccess) return st;
+  st = event_record(e, 0);
+  if (st != kSuccess) {
+    event_destroy(e);
+    return st;
+  }
+  *out = e;
+  *events = 1;
+  return kSuccess;
+}
+
+Status DeviceBackend::fence_query(FenceId fence) { return event_query(fence); }
+Status DeviceBackend::fence_synchronize(FenceId fence) { return event_synchronize(fence); }
+void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
+
+}  // namespace cachalloc

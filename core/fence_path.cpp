@@ -1,0 +1,155 @@
+// fence_path.cpp — frees with no stream, made safe by batched fences.
+//
+// A plain cuMemFree promises that the memory is safe to reuse whatever any
+// stream still does with it; the driver keeps that promise by synchronizing
+// the device.  Here the freed block waits in a list instead (free_deferred),
+// at no driver cost.  When the cache misses and enough blocks wait — about
+// 20 per driver event a fence takes, so on average at most 0.1 driver
+// calls per free for recording and querying — one fence is recorded for
+// the whole list: it completes once all work enqueued before it, on every
+// stream, has completed (DeviceBackend::fence_record).  Fences are queried
+// when the cache misses, oldest first; a completed fence returns its batch
+// to the pools.  The bytes waiting are bounded: past deferred_bytes_limit()
+// a fence is recorded at the free itself, and the out-of-memory path waits
+// for every fence before it gives up.
+//
+// States: a deferred block is neither allocated nor free — pending_events
+// is 1 and `deferred` is set — while it sits in deferred_ (not yet behind a
+// fence) or in a FenceBatch (behind one); both lists link through
+// Block::free_next.  Completion clears both and returns it to its pool.
+#include <algorithm>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+Status CachingAllocator::free_deferred(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  Status st = kSuccess;
+  Block* block = release_live(ptr, &st);
+  if (block == nullptr) return st;
+  defer(block);
+  if (deferred_bytes_ > deferred_bytes_limit_) [[unlikely]] issue_fence();
+  return kSuccess;
+}
+
+void CachingAllocator::defer(Block* block) {
+  block->stream_uses.clear();  // the fence covers every stream
+  block->deferred = true;
+  ++block->pending_events;
+  block->free_next = deferred_;
+  deferred_ = block;
+  ++deferred_count_;
+  deferred_bytes_ += block->size;
+  ++stats_.num_deferred_frees;
+  stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
+}
+
+// On a cache miss: blocks whose events or fences completed come back; a
+// fence is recorded when the deferred list is worth one.  Returns whether
+// any block became free.
+bool CachingAllocator::reclaim_pending() {
+  bool freed = false;
+  if (pending_count_ != 0 || !unsynced_.empty()) freed = process_events();
+  // (A fence that could not be recorded synchronizes instead and frees the
+  // batch at once: worth another look too.)
+  if (deferred_count_ >= fence_batch_min()) freed = issue_fence() || freed;
+  if (!fences_.empty()) freed = poll_fences() || freed;
+  return freed;
+}
+
+// Puts the deferred list behind a new fence.  False when no fence can be
+// recorded now (a capture is in flight): the blocks keep waiting.  When the
+// backend fails, the device is synchronized instead, and if even that fails
+// the blocks wait for a later synchronization (unsynced_).
+bool CachingAllocator::issue_fence() {
+  if (deferred_ == nullptr) return false;
+  FenceId fence = 0;
+  int events = 0;
+  const Status st = backend_->fence_record(&fence, &events);
+  if (st == kNotReady) return false;
+  Block* batch = deferred_;
+  const std::size_t count = deferred_count_;
+  deferred_ = nullptr;
+  deferred_count_ = 0;
+  deferred_bytes_ = 0;
+  if (st == kSuccess) [[likely]] {
+    ++stats_.num_fences;
+    stats_.num_fence_events += events;
+    events_per_fence_ = std::max(events, 1);
+    fences_.push_back({fence, batch, count});
+    fenced_count_ += count;
+    return true;
+  }
+  if (backend_->synchronize_device() == kSuccess) {
+    ++stats_.num_sync_all_streams;
+    complete_batch(batch);
+    return true;
+  }
+  // Nothing bounds these blocks' last use: parked until a synchronization
+  // succeeds (settle_unsynced), never reused early.
+  for (Block* b = batch; b != nullptr;) {
+    Block* next = b->free_next;
+    b->free_next = nullptr;
+    b->deferred = false;
+    stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
+    unsynced_.push_back(b);
+    b = next;
+  }
+  return true;
+}
+
+// Completes fences oldest first; a fence recorded later completes later on
+// every stream, so the first one not done ends the walk.
+bool CachingAllocator::poll_fences() {
+  bool freed = false;
+  while (!fences_.empty()) {
+    const FenceBatch f = fences_.front();
+    const Status st = backend_->fence_query(f.fence);
+    if (st == kNotReady) break;
+    // An error other than not-ready: wait for the fence (or the device).
+    if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
+        backend_->synchronize_device() != kSuccess)
+      break;
+    fences_.pop_front();
+    fenced_count_ -= f.count;
+    backend_->fence_destroy(f.fence);
+    complete_batch(f.blocks);
+    freed = true;
+  }
+  return freed;
+}
+
+// Waits for every fence (before memory is released, or given up as out of
+// memory).  A fence that cannot be waited for, nor the device, keeps its
+// blocks waiting.
+void CachingAllocator::wait_fences() {
+  while (!fences_.empty()) {
+    const FenceBatch f = fences_.front();
+    if (backend_->fence_synchronize(f.fence) != kSuccess && backend_->synchronize_device() != kSuccess) return;
+    fences_.pop_front();
+    fenced_count_ -= f.count;
+    backend_->fence_destroy(f.fence);
+    complete_batch(f.blocks);
+  }
+}
+
+void CachingAllocator::flush_deferred() {
+  if (deferred_ != nullptr) issue_fence();
+}
+
+// The blocks of a completed fence go back to their pools.  Each block's
+// successor is read before the block is returned: returning it relinks it
+// into a bin (and may absorb free neighbours, never a deferred one).
+void CachingAllocator::complete_batch(Block* blocks) {
+  for (Block* b = blocks; b != nullptr;) {
+    Block* next = b->free_next;
+    b->free_next = nullptr;
+    b->deferred = false;
+    stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
+    if (--b->pending_events == 0) deactivate(b);
+    b = next;
+  }
+}
+
+}  // namespace cachalloc

@@ -1,0 +1,175 @@
+// test_fences.cpp — free_deferred: frees with no stream behind batched fences
+// (core/fence_path.cpp).  Every step is followed by validate() (the fixture).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "alloc_fixture.h"
+
+using namespace cachalloc;
+using cachalloc::testing::AllocFixture;
+
+namespace {
+
+void free_deferred(AllocFixture& f, DevicePtr p) {
+  REQUIRE(f.alloc->free_deferred(p) == kSuccess);
+  f.alloc->validate();
+}
+
+}  // namespace
+
+TEST_CASE("a deferred free makes no driver call and is not reused before a fence completes") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(4096);
+  const DevicePtr keep = f.malloc(4096);
+  free_deferred(f, a);
+  CHECK(f.backend.event_records == 0);
+  CHECK(f.backend.event_queries == 0);
+  CHECK(f.backend.device_syncs == 0);
+  CHECK(f.stats().active[StatType::aggregate].current == 2);  // pending: still active
+  CHECK(f.stats().allocation[StatType::aggregate].current == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 4096);
+  // The segment's rest serves the next request; a stays out of reach.
+  CHECK(f.malloc(4096) != a);
+  f.free(keep);
+}
+
+TEST_CASE("a miss records one fence once enough frees wait, and reclaims them when it completes") {
+  AllocFixture f;
+  // 21 blocks of 1 MiB + 512 B fill one 20 MiB segment's worth and a bit:
+  // each gets its own place in large segments.
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(f.malloc(2 * MiB));
+  const int segments = f.backend.alloc_calls;
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  CHECK(f.backend.fence_records == 0);  // no miss yet: nothing recorded
+  CHECK(f.stats().num_deferred_frees == 40);
+
+  // All 40 wait, more than the batch minimum (20 per fence event): the miss
+  // records a fence; it is not complete, so the allocator grows.
+  const DevicePtr p = f.malloc(2 * MiB);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.stats().num_fences == 1);
+  CHECK(f.stats().num_fence_events == 1);
+  CHECK(f.backend.alloc_calls == segments + 1);
+  CHECK(std::find(blocks.begin(), blocks.end(), p) == blocks.end());
+
+  // Once the fence completes, the next miss returns the whole batch.
+  f.backend.complete_all_events();
+  std::vector<DevicePtr> again;
+  for (int i = 0; i < 40; ++i) again.push_back(f.malloc(2 * MiB));
+  CHECK(f.backend.alloc_calls == segments + 1);  // all from the reclaimed blocks
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(f.stats().deferred_free_bytes.peak == static_cast<std::int64_t>(40 * 2 * MiB));
+  for (DevicePtr q : again) f.free(q);
+  f.free(p);
+}
+
+TEST_CASE("below the batch minimum a miss grows instead of recording a fence") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(12 * MiB);
+  free_deferred(f, a);
+  const DevicePtr b = f.malloc(12 * MiB);
+  CHECK(b != a);
+  CHECK(f.backend.fence_records == 0);
+  CHECK(f.backend.alloc_calls == 2);
+  f.free(b);
+}
+
+TEST_CASE("a steady malloc/free loop costs at most 0.1 driver calls per deferred free") {
+  AllocFixture f;
+  f.backend.set_auto_complete(true);  // an idle device: every fence is complete when queried
+  const int pairs = 5000;
+  for (std::size_t size : {std::size_t{512}, std::size_t{1} * MiB, std::size_t{64} * MiB}) {
+    const int calls_before = f.backend.event_records + f.backend.event_queries;
+    for (int i = 0; i < pairs; ++i) {
+      DevicePtr p = 0;
+      REQUIRE(f.alloc->malloc(&p, size, 0) == kSuccess);
+      REQUIRE(f.alloc->free_deferred(p) == kSuccess);
+    }
+    f.alloc->validate();
+    const int calls = f.backend.event_records + f.backend.event_queries - calls_before;
+    INFO("size " << size << ": " << calls << " driver calls for " << pairs << " frees");
+    CHECK(calls <= pairs / 10);
+  }
+  // The memory held back stays under the limit.
+  CHECK(f.stats().deferred_free_bytes.peak <= static_cast<std::int64_t>(f.alloc->deferred_bytes_limit() + 64 * MiB));
+}
+
+TEST_CASE("past the byte limit a free records the fence itself") {
+  AllocFixture f;
+  const std::size_t limit = f.alloc->deferred_bytes_limit();
+  std::vector<DevicePtr> blocks;
+  const std::size_t size = 64 * MiB;
+  for (std::size_t held = 0; held <= limit; held += size) blocks.push_back(f.malloc(size));
+  for (std::size_t i = 0; i + 1 < blocks.size(); ++i) free_deferred(f, blocks[i]);
+  CHECK(f.backend.fence_records == 0);
+  free_deferred(f, blocks.back());  // now past the limit
+  CHECK(f.backend.fence_records == 1);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+}
+
+TEST_CASE("no fence while one cannot be recorded (a capture): blocks wait, nothing is reused") {
+  AllocFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(f.malloc(2 * MiB));
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  f.backend.refuse_fences(true);
+  const DevicePtr p = f.malloc(2 * MiB);
+  CHECK(std::find(blocks.begin(), blocks.end(), p) == blocks.end());
+  CHECK(f.stats().num_fences == 0);
+  CHECK(f.backend.device_syncs == 0);
+  f.backend.refuse_fences(false);
+  f.backend.set_auto_complete(true);
+  // The capture is over: the next miss records the fence and reuses them.
+  std::vector<DevicePtr> again;
+  const int segments = f.backend.alloc_calls;
+  for (int i = 0; i < 30; ++i) again.push_back(f.malloc(2 * MiB));
+  CHECK(f.stats().num_fences == 1);
+  CHECK(f.backend.alloc_calls == segments);
+  for (DevicePtr q : again) f.free(q);
+  f.free(p);
+}
+
+TEST_CASE("a failed fence record synchronizes the device instead") {
+  AllocFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(f.malloc(2 * MiB));
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  f.backend.fail_next_records(1);
+  const int segments = f.backend.alloc_calls;
+  const DevicePtr p = f.malloc(2 * MiB);
+  CHECK(f.backend.device_syncs == 1);
+  CHECK(f.stats().num_sync_all_streams == 1);
+  CHECK(f.backend.alloc_calls == segments);  // served from the synchronized blocks
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  f.free(p);
+}
+
+TEST_CASE("out of memory waits for fences and deferred frees before giving up") {
+  AllocFixture f({}, 100 * MiB);
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(f.malloc(20 * MiB));
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  // 4 waiting frees are below the batch minimum, and 80 of 100 MiB are
+  // held: a 60 MiB request cannot grow, so the OOM path flushes them.
+  const DevicePtr p = f.malloc(60 * MiB);
+  CHECK(f.stats().num_fences == 1);
+  CHECK(f.stats().num_ooms == 0);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  f.free(p);
+}
+
+TEST_CASE("double and foreign deferred frees are refused and change nothing") {
+  AllocFixture f;
+  const DevicePtr a = f.malloc(4096);
+  free_deferred(f, a);
+  CHECK(f.alloc->free_deferred(a) == kInvalidValue);
+  CHECK(f.alloc->free_deferred(a + 512) == kInvalidValue);
+  CHECK(f.alloc->free_deferred(0x10) == kNotOwned);
+  CHECK(f.alloc->free_deferred(0) == kSuccess);
+  CHECK(f.stats().num_deferred_frees == 1);
+  f.alloc->validate();
+}
