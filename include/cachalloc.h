@@ -11,7 +11,18 @@
  *       lib = ctypes.CDLL(None)                      # the preloaded library
  *       if hasattr(lib, "cachalloc_empty_cache"): lib.cachalloc_empty_cache(0)
  *     or dlsym(RTLD_DEFAULT, "cachalloc_empty_cache") in C.  A missing symbol
- *     means cachalloc is not loaded.
+ *     means cachalloc is not loaded.  python/cachalloc.py wraps this.
+ *   - PyTorch's pluggable allocator (the second half of this header): the
+ *     library is dlopen'ed by torch.cuda.memory.CUDAPluggableAllocator, not
+ *     preloaded.  It then intercepts nothing else in the process (the hooks
+ *     pass every call to the driver) and serves only cachalloc_malloc /
+ *     cachalloc_free and these control functions.  Set CACHALLOC_INTERCEPT=1
+ *     to make a dlopen'ed copy intercept anyway (it must have been loaded
+ *     RTLD_GLOBAL for anything to reach its hooks), or CACHALLOC_INTERCEPT=0
+ *     to make a preloaded copy leave the process's own allocations alone.
+ *     Both preloaded and plugged in (from the same file, or another copy:
+ *     the dlopen'ed one forwards to the preloaded one), one allocator per
+ *     device context serves both, counted once.
  *
  * Every function is safe to call from any thread, at any time (also from a
  * thread with no CUDA context current), never throws, never aborts, and
@@ -40,6 +51,7 @@
 #define CACHALLOC_H
 
 #include <stddef.h>
+#include <sys/types.h> /* ssize_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +134,94 @@ int cachalloc_record_stream(void* ptr, struct CUstream_st* stream);
  * len; msg may be NULL when len is 0).  Costs a walk over all blocks under
  * each allocator's lock: for tests and debugging. */
 int cachalloc_validate(char* msg, size_t len);
+
+/* As cachalloc_reset_peak_stats, for the accumulated values ("allocated",
+ * "freed" and the event counters), as torch.cuda.reset_accumulated_memory_stats(). */
+int cachalloc_reset_accumulated_stats(int device);
+
+/* torch.cuda.memory_summary()'s table for `device` (its live contexts), or
+ * for -1 every device plus the interposer section: exactly what
+ * CACHALLOC_CONF=stats:stderr prints at exit.  Same buffer protocol as
+ * cachalloc_stats_json (too small: CACHALLOC_ERROR_INVALID_VALUE and the size
+ * needed in buf as decimal digits).
+ *   CACHALLOC_ERROR_INVALID_VALUE   device < -1, buffer too small
+ *   CACHALLOC_ERROR_INVALID_DEVICE  no live cache for that device */
+int cachalloc_summary(int device, char* buf, size_t len);
+
+/* Caps what allocations through the pluggable ABI (cachalloc_malloc) may keep
+ * reserved on `device` (-1: every device) at fraction * the device's total
+ * memory, as torch.cuda.set_per_process_memory_fraction() does for PyTorch's
+ * own allocator: past it the cache is emptied and the allocation retried,
+ * then it fails.  1 removes the cap.  The CACHALLOC_CONF key
+ * per_process_memory_fraction caps every allocation (hooks included) and
+ * still applies.  May be called before cachalloc has served anything.
+ *   CACHALLOC_ERROR_INVALID_VALUE    fraction not in (0, 1], device < -1
+ *   CACHALLOC_ERROR_INVALID_DEVICE   device >= 64
+ *   CACHALLOC_ERROR_NOT_INITIALIZED  cachalloc is disabled (bad CACHALLOC_CONF, fork child) */
+int cachalloc_set_memory_fraction(double fraction, int device);
+
+/* *fraction = the cap set by cachalloc_set_memory_fraction for `device`, or
+ * else CACHALLOC_CONF's per_process_memory_fraction (1 before cachalloc has
+ * read its configuration).
+ *   CACHALLOC_ERROR_INVALID_VALUE   fraction NULL, device < 0
+ *   CACHALLOC_ERROR_INVALID_DEVICE  device >= 64 */
+int cachalloc_get_memory_fraction(int device, double* fraction);
+
+/* The allocation `ptr` (a live block's start or any address inside it) lies
+ * in, as the driver sees it: dlopen'ed (pluggable), the cachalloc segment
+ * (one cuMemAlloc or expandable reservation holding many blocks) and its
+ * size, as PyTorch's getBaseAllocation answers; preloaded, the block itself
+ * and its requested size (the hooks present every block to the driver calls
+ * that describe allocations as a cuMemAlloc of its own).  size may be NULL.
+ *   CACHALLOC_ERROR_INVALID_VALUE  ptr or base NULL, ptr not inside a live block */
+int cachalloc_get_base_allocation(void* ptr, void** base, size_t* size);
+
+/* ------------------------------------------------------------------------
+ * PyTorch's pluggable allocator ABI.
+ *
+ *   import torch
+ *   a = torch.cuda.memory.CUDAPluggableAllocator(
+ *           "/path/libcachalloc.so", "cachalloc_malloc", "cachalloc_free")
+ *   torch.cuda.memory.change_current_allocator(a)   # before any CUDA allocation
+ *
+ * or python/cachalloc.py's use_with_torch(), which also wires the hooks
+ * below through the setters of torch._C._CUDAPluggableAllocator (record
+ * stream, empty cache, memory fraction, base allocation).  Or, for one
+ * region only: torch.cuda.MemPool(a.allocator()) with
+ * torch.cuda.use_mem_pool (PyTorch's allocator then asks cachalloc for whole
+ * segments).
+ *
+ * Allocations are served on `device`'s primary context (made current for
+ * the call if another context is current, the caller's restored) from the
+ * cache of that context, for `stream`, with PyTorch's stream order: a freed
+ * block is reused at once on its own stream, on another only after events
+ * on every stream it was recorded on (cachalloc_pluggable_record_stream)
+ * have completed.  Frees may come from any thread, whatever its current
+ * device.  While `stream` is being captured into a CUDA graph the cache is
+ * bypassed (cuMemAlloc_v2) and frees wait until no capture is in flight:
+ * PyTorch's graph pools are not available through this interface.
+ * These functions never throw; failures return NULL (out of memory: the
+ * OOM report is printed as for any allocation) or are logged.
+ * ------------------------------------------------------------------------ */
+
+/* size <= 0 returns NULL.  stream: a CUstream / cudaStream_t (0 = legacy). */
+void* cachalloc_malloc(ssize_t size, int device, struct CUstream_st* stream);
+/* ptr NULL does nothing; size is ignored; stream is the allocation's stream
+ * (another stream is treated as a record_stream on it first). */
+void cachalloc_free(void* ptr, ssize_t size, int device, struct CUstream_st* stream);
+/* The hooks, with the signatures of CUDAPluggableAllocator's setters:
+ *   set_init_fn            (torch calls it at creation, before a setter can run;
+ *                           reads CACHALLOC_CONF and loads the driver early)
+ *   set_reset_fn           torch.cuda.empty_cache(): every device
+ *   set_memory_fraction_fn torch.cuda.set_per_process_memory_fraction()
+ *   set_base_alloc_fn      getBaseAllocation (cachalloc_get_base_allocation;
+ *                          returns ptr itself if it is not a live block)
+ *   set_record_stream_fn   Tensor.record_stream() */
+void cachalloc_pluggable_init(int device_count);
+void cachalloc_pluggable_empty_cache(void);
+void cachalloc_pluggable_set_memory_fraction(double fraction, int device);
+void* cachalloc_pluggable_base_alloc(void* ptr, size_t* size);
+void cachalloc_pluggable_record_stream(void* ptr, struct CUstream_st* stream);
 
 #ifdef __cplusplus
 }

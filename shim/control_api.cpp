@@ -1,16 +1,20 @@
 // control_api.cpp — the public control API (include/cachalloc.h).
 //
 // Programs call these while cachalloc serves them: empty the cache, read the
-// statistics, reset peaks, write a snapshot, record a block's use on a
-// stream, check the invariants.  Every function is extern "C", catches
+// statistics (JSON, or torch.cuda.memory_summary()'s table), reset peaks and
+// accumulated counts, write a snapshot, record a block's use on a stream,
+// check the invariants, cap the pluggable ABI's memory, find a block's base
+// allocation.  Every function is extern "C", catches
 // everything, and returns a CUresult-numbered code.
 //
 // "Not active yet" must be answered without initializing anything (no
 // dlopen of libcuda, no CACHALLOC_CONF parse): process_state's
 // current_mode() initializes on its first call.  A ContextState exists only
-// after a hook served an allocation in active mode, so "no state at all"
-// means cachalloc has not done anything yet; once one exists, the mode is
-// decided and current_mode() is a plain load.
+// after a hook (active mode) or the pluggable ABI (active or passive mode,
+// pluggable_api.cpp) served an allocation, so "no state at all" means
+// cachalloc has not done anything yet; once one exists, the mode is decided
+// and current_mode() is a plain load.  The memory fraction functions are
+// settings and work before that.
 #include "cachalloc.h"
 
 #include <algorithm>
@@ -26,6 +30,8 @@
 #include "obs/atomic_file.h"
 #include "obs/dump_json.h"
 #include "obs/path_template.h"
+#include "obs/summary_table.h"
+#include "pluggable_api.h"
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
@@ -55,7 +61,7 @@ enum class Need {
 int check_state(Need need) {
   if (all_context_states().empty()) return CACHALLOC_ERROR_NOT_INITIALIZED;
   const Mode m = current_mode();  // decided already: a state exists
-  if (m == Mode::active) return CACHALLOC_SUCCESS;
+  if (caching(m)) return CACHALLOC_SUCCESS;  // preloaded (active) or dlopen'ed (passive)
   if (m == Mode::exiting) return need == Need::report ? CACHALLOC_SUCCESS : CACHALLOC_ERROR_DEINITIALIZED;
   return CACHALLOC_ERROR_NOT_INITIALIZED;  // disabled, forked
 }
@@ -86,6 +92,18 @@ void copy_truncated(char* buf, std::size_t len, const std::string& text) {
   const std::size_t n = std::min(len - 1, text.size());
   std::memcpy(buf, text.data(), n);
   buf[n] = '\0';
+}
+
+// Copies `text` and its NUL into buf when they fit; else the size needed as
+// decimal digits and CACHALLOC_ERROR_INVALID_VALUE (cachalloc_stats_json's
+// protocol).
+int copy_out(char* buf, std::size_t len, const std::string& text) {
+  if (buf == nullptr || len < text.size() + 1) {
+    copy_truncated(buf, len, std::to_string(text.size() + 1));
+    return CACHALLOC_ERROR_INVALID_VALUE;
+  }
+  std::memcpy(buf, text.c_str(), text.size() + 1);
+  return CACHALLOC_SUCCESS;
 }
 
 std::string current_stats_json() {
@@ -151,13 +169,7 @@ CACHALLOC_EXPORT int cachalloc_stats_json_size(size_t* needed) {
 CACHALLOC_EXPORT int cachalloc_stats_json(char* buf, size_t len) {
   return guarded([&] {
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
-    const std::string text = current_stats_json();
-    if (buf == nullptr || len < text.size() + 1) {
-      copy_truncated(buf, len, std::to_string(text.size() + 1));
-      return CACHALLOC_ERROR_INVALID_VALUE;
-    }
-    std::memcpy(buf, text.c_str(), text.size() + 1);
-    return CACHALLOC_SUCCESS;
+    return copy_out(buf, len, current_stats_json());
   });
 }
 
@@ -220,6 +232,77 @@ CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
         copy_truncated(msg, len, "device " + std::to_string(s->device()) + ": " + e.what());
         return CACHALLOC_ERROR_ILLEGAL_STATE;
       }
+    }
+    return CACHALLOC_SUCCESS;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_reset_accumulated_stats(int device) {
+  return guarded([&] {
+    if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
+    const std::vector<ContextState*> states = live_states_of(device);
+    if (states.empty()) return CACHALLOC_ERROR_INVALID_DEVICE;
+    for (ContextState* s : states) s->allocator().reset_accumulated_stats();
+    return CACHALLOC_SUCCESS;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_summary(int device, char* buf, size_t len) {
+  return guarded([&] {
+    if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
+    const obs::ProcessReport report = cachalloc_collect_report(false);
+    if (device == -1) return copy_out(buf, len, obs::summary_text(report));
+    std::string text;
+    for (const obs::DeviceReport& d : report.devices)
+      if (d.device == device && !d.context_destroyed) text += obs::device_table(d.device, d.stats);
+    if (text.empty()) return CACHALLOC_ERROR_INVALID_DEVICE;
+    return copy_out(buf, len, text);
+  });
+}
+
+// A setting, not a call on a cache: it may be made before the first
+// allocation (as torch.cuda.set_per_process_memory_fraction may).
+CACHALLOC_EXPORT int cachalloc_set_memory_fraction(double fraction, int device) {
+  return guarded([&] {
+    if (!(fraction > 0.0 && fraction <= 1.0) || device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (!all_context_states().empty()) {
+      const Mode m = current_mode();  // decided already: a state exists
+      if (!caching(m) && m != Mode::exiting) return CACHALLOC_ERROR_NOT_INITIALIZED;
+    }
+    return set_memory_fraction_override(device, fraction) ? CACHALLOC_SUCCESS : CACHALLOC_ERROR_INVALID_DEVICE;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_get_memory_fraction(int device, double* fraction) {
+  return guarded([&] {
+    if (fraction == nullptr || device < 0) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (device >= kMaxFractionDevices) return CACHALLOC_ERROR_INVALID_DEVICE;
+    const double f = memory_fraction_override(device);
+    // Before initialization config() holds the defaults (fraction 1).
+    *fraction = f > 0.0 ? f : config().per_process_memory_fraction;
+    return CACHALLOC_SUCCESS;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_get_base_allocation(void* ptr, void** base, size_t* size) {
+  return guarded([&] {
+    if (ptr == nullptr || base == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
+    const auto p = reinterpret_cast<DevicePtr>(ptr);
+    ContextState* owner = find_owner(p);
+    AddressInfo info;
+    if (owner == nullptr || owner->allocator().query(p, &info) != kSuccess || !info.live)
+      return CACHALLOC_ERROR_INVALID_VALUE;
+    if (current_mode() == Mode::active) {
+      // The hooks make every block look like its own cuMemAlloc to the driver
+      // calls that describe allocations (address ranges, IPC).
+      *base = reinterpret_cast<void*>(info.block);
+      if (size != nullptr) *size = info.requested;
+    } else {
+      *base = reinterpret_cast<void*>(info.segment);
+      if (size != nullptr) *size = info.segment_size;
     }
     return CACHALLOC_SUCCESS;
   });

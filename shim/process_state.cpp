@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "load_mode.h"
 #include "real_driver.h"
 #include "shim_observability.h"
 
@@ -28,7 +29,8 @@ void on_fork_child() { g_mode.store(Mode::forked, std::memory_order_relaxed); }
 void on_exit() {
   // Later frees are no-ops; no driver call once exit has begun (the driver
   // may already be tearing down, and cudart's own atexit may follow).
-  if (g_mode.load(std::memory_order_relaxed) == Mode::active) g_mode.store(Mode::exiting, std::memory_order_relaxed);
+  const Mode m = g_mode.load(std::memory_order_relaxed);
+  if (m == Mode::active || m == Mode::passive) g_mode.store(Mode::exiting, std::memory_order_relaxed);
 }
 
 // Prints the parser's message once; write(2) avoids stdio buffering surprises.
@@ -59,7 +61,9 @@ void initialize() {
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
   start_observability(config_storage());
-  g_mode.store(Mode::active, std::memory_order_release);
+  // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
+  // pluggable ABI and the control API do (load_mode.h).
+  g_mode.store(interception_wanted() ? Mode::active : Mode::passive, std::memory_order_release);
 }
 
 }  // namespace

@@ -8,6 +8,10 @@
 //               child passes every call to the driver (pthread_atfork).
 //   exiting   — exit() has begun (atexit handler): frees of cachalloc's
 //               pointers become no-ops and no driver call is made any more.
+//   passive   — as active, but this copy of the library was dlopen'ed
+//               (PyTorch's pluggable allocator, cachalloc.py), not preloaded:
+//               the caches serve only the pluggable ABI and the control API,
+//               every hook passes to the driver (load_mode.h).
 // Also the process-wide interposer counters and the optional timing of the
 // wrappers (only with config.stats set, so the default hot path stays lean).
 #pragma once
@@ -20,11 +24,13 @@
 
 namespace cachalloc::shim {
 
-enum class Mode : int { uninitialized, active, disabled, forked, exiting };
+enum class Mode : int { uninitialized, active, disabled, forked, exiting, passive };
 
 // Initializes on first call; afterwards one relaxed load.
 Mode current_mode();
 inline bool serving(Mode m) { return m == Mode::active; }
+// Whether the caches exist for the pluggable ABI and the control API.
+inline bool caching(Mode m) { return m == Mode::active || m == Mode::passive; }
 
 // The effective configuration (defaults until initialized).
 const Config& config();

@@ -1,0 +1,370 @@
+"""common.py — what the real programs of bench/run-all.sh share.
+
+* determinism(): fixed seeds, deterministic algorithms, no TF32, so losses
+  can be compared bit for bit across allocators;
+* PeakSampler: device memory peak from NVML (libnvidia-ml.so.1 through
+  ctypes; pynvml is not needed), else `nvidia-smi -lms`, else
+  torch.cuda.mem_get_info polled at each step end;
+* CachallocCounters: cachalloc's own statistics (calls, time inside it,
+  driver calls) read in-process through its control API
+  (cachalloc_stats_json, include/cachalloc.h), so a phase reports exactly
+  its timed steps; absent without cachalloc;
+* StepTimer and emit(): the output lines every program prints.
+
+Output lines (one phase of one program):
+    LOSS program=NAME step=I value=REPR hex=HEX
+    STEP_MS program=NAME median=X min=X max=X n=N
+    PEAK program=NAME bytes=N source=nvml|nvidia-smi|mem_get_info
+    RESULT {json}            everything above, machine-readable (run_bench.py reads it)
+"""
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+
+
+def determinism(seed=0):
+    import torch
+
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def allocator_label():
+    pre = os.environ.get("LD_PRELOAD", "")
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if "cachalloc" in pre:
+        exp = "expandable_segments:true" in os.environ.get("CACHALLOC_CONF", "")
+        return "cachalloc_expandable" if exp else "cachalloc"
+    return "native_expandable" if "expandable_segments:True" in conf else "native"
+
+
+# --- device memory peak --------------------------------------------------------------
+
+class _Nvml:
+    """The three NVML calls the sampler needs, through ctypes."""
+
+    class Memory(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit_v2 failed")
+
+    def handle(self, index, pci_bus_id=None):
+        h = ctypes.c_void_p()
+        if pci_bus_id:
+            fn = getattr(self.lib, "nvmlDeviceGetHandleByPciBusId_v2", None)
+            if fn is not None and fn(pci_bus_id.encode(), ctypes.byref(h)) == 0:
+                return h
+        if self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(h)) != 0:
+            raise OSError(f"nvmlDeviceGetHandleByIndex_v2({index}) failed")
+        return h
+
+    def used(self, h):
+        m = self.Memory()
+        if self.lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(m)) != 0:
+            raise OSError("nvmlDeviceGetMemoryInfo failed")
+        return m.used
+
+
+def _nvml_index(device):
+    """NVML's index of CUDA device `device` before CUDA is initialized: the
+    device'th entry of CUDA_VISIBLE_DEVICES when that lists indices (NVML and
+    CUDA agree on PCI order with one GPU or CUDA_DEVICE_ORDER=PCI_BUS_ID;
+    refine_device() corrects it by PCI bus id once CUDA is up)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if device < len(visible) and visible[device].isdigit():
+        return int(visible[device])
+    return device
+
+
+def _pci_bus_id(device):
+    """The device's PCI bus id as NVML writes it, if torch can tell (CUDA ordinals
+    and NVML indices differ under CUDA_VISIBLE_DEVICES)."""
+    try:
+        import torch
+
+        p = torch.cuda.get_device_properties(device)
+        dom, bus, dev = getattr(p, "pci_domain_id", None), getattr(p, "pci_bus_id", None), getattr(p, "pci_device_id", None)
+        if bus is None:
+            return None
+        return f"{dom or 0:08x}:{bus:02x}:{dev or 0:02x}.0"
+    except Exception:
+        return None
+
+
+class PeakSampler:
+    """Samples device memory used (bytes) in a background thread; peak() is the
+    maximum since the last reset().  Start it before CUDA is used to get the
+    baseline (memory used before this process touched the device)."""
+
+    def __init__(self, device=0, interval=0.002):
+        self.device = device
+        self.interval = interval
+        self.source = None
+        self.baseline = None
+        self._peak = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        self._proc = None
+        self.note = ""
+        try:
+            self._nvml = _Nvml()
+            self._handle = self._nvml.handle(_nvml_index(device))
+            self.baseline = self._nvml.used(self._handle)
+            self.source = "nvml"
+        except Exception as e:  # no NVML: nvidia-smi, else mem_get_info
+            self._nvml = None
+            self.note = f"NVML unavailable ({e})"
+            if shutil.which("nvidia-smi"):
+                self.source = "nvidia-smi"
+            else:
+                self.source = "mem_get_info"
+
+    def refine_device(self):
+        """Once CUDA is initialized: re-pick the NVML device by PCI bus id."""
+        if self._nvml is None:
+            return
+        bus = _pci_bus_id(self.device)
+        if bus:
+            try:
+                self._handle = self._nvml.handle(self.device, bus)
+            except Exception:
+                pass
+
+    def _record(self, used):
+        with self._lock:
+            if used > self._peak:
+                self._peak = used
+
+    def _run_nvml(self):
+        while not self._stop.is_set():
+            try:
+                self._record(self._nvml.used(self._handle))
+            except Exception:
+                pass
+            time.sleep(self.interval)
+
+    def _run_smi(self):
+        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+               "-i", str(self.device), "-lms", "20"]
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError as e:
+            self.note += f"; nvidia-smi failed ({e})"
+            self.source = "mem_get_info"
+            return
+        for line in self._proc.stdout:
+            if self._stop.is_set():
+                break
+            try:
+                self._record(int(line.strip()) * 1024 * 1024)
+            except ValueError:
+                pass
+
+    def start(self):
+        target = {"nvml": self._run_nvml, "nvidia-smi": self._run_smi}.get(self.source)
+        if target:
+            self._thread = threading.Thread(target=target, daemon=True)
+            self._thread.start()
+        return self
+
+    def poll(self):
+        """Called at each step end: the fallback source, and a sample for the others."""
+        if self.source == "mem_get_info":
+            import torch
+
+            free, total = torch.cuda.mem_get_info(self.device)
+            self._record(total - free)
+        elif self.source == "nvml":
+            try:
+                self._record(self._nvml.used(self._handle))
+            except Exception:
+                pass
+
+    def reset(self):
+        with self._lock:
+            self._peak = 0
+        self.poll()
+
+    def peak(self):
+        self.poll()
+        with self._lock:
+            return self._peak
+
+    def stop(self):
+        self._stop.set()
+        if self._proc is not None:
+            self._proc.terminate()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+
+
+# --- cachalloc's own counters ------------------------------------------------------------
+
+FREE_ENTRIES = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaFree", "cudaFreeAsync")
+# Device-stats keys that count driver calls made on the program's behalf:
+# segments allocated and freed, device-wide synchronizations, and the events
+# recorded for fences (num_fence_events).  Any other key naming events
+# (a future num_event_queries, say) is added too; num_fences is not (a fence
+# is counted by the events it took).  See driver_calls().
+DRIVER_CALL_KEYS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_fence_events")
+
+
+def _is_driver_call_key(k):
+    kl = k.lower()
+    if k in DRIVER_CALL_KEYS:
+        return True
+    return "event" in kl and kl.startswith("num_")
+
+
+def driver_calls(dump):
+    """(driver calls, which counters were summed, frees) of one stats dump
+    (schema of docs/OBSERVABILITY.md).  Uses interposer.driver_calls when
+    cachalloc writes one (an int or a dict of counts), else sums the
+    device-stats counters that name driver work."""
+    inter = dump.get("interposer", {}) or {}
+    calls = inter.get("calls", {}) or {}
+    frees = sum(int(calls.get(k, 0)) for k in FREE_ENTRIES)
+    dc = inter.get("driver_calls")
+    if isinstance(dc, (int, float)):
+        return int(dc), ["interposer.driver_calls"], frees
+    if isinstance(dc, dict):
+        return sum(int(v) for v in dc.values() if isinstance(v, (int, float))), \
+            ["interposer.driver_calls." + k for k in dc], frees
+    used, total = [], 0
+    for dev in dump.get("devices", []) or []:
+        for k, v in (dev.get("stats", {}) or {}).items():
+            if _is_driver_call_key(k) and isinstance(v, (int, float)):
+                total += int(v)
+                if k not in used:
+                    used.append(k)
+    return total, used, frees
+
+
+def fence_stats(dump):
+    """The fence figures of a dump, summed over devices (absent keys left out):
+    frees that waited for a fence, fences, their events, and the bytes held back
+    by pending fences (current and peak)."""
+    out = {}
+    for dev in dump.get("devices", []) or []:
+        st = dev.get("stats", {}) or {}
+        for k in ("num_deferred_frees", "num_fences", "num_fence_events", "deferred_free_bytes.peak",
+                  "deferred_free_bytes.current"):
+            if k in st:
+                out[k] = out.get(k, 0) + int(st[k])
+    return out
+
+
+def summarize_dump(dump):
+    inter = dump.get("interposer", {}) or {}
+    calls = sum(int(v) for v in (inter.get("calls", {}) or {}).values())
+    dcalls, used, frees = driver_calls(dump)
+    peak_reserved = sum(int((d.get("stats", {}) or {}).get("reserved_bytes.all.peak", 0))
+                        for d in dump.get("devices", []) or [])
+    return {"calls": calls, "ns_inside": int(inter.get("ns_inside", 0)), "frees": frees,
+            "driver_calls": dcalls, "driver_call_counters": used, "reserved_peak": peak_reserved,
+            "fences": fence_stats(dump)}
+
+
+def diff_summary(a, b):
+    """b - a for the counters (a phase's own figures)."""
+    out = {k: b[k] - a[k] for k in ("calls", "ns_inside", "frees", "driver_calls")}
+    out["driver_call_counters"] = b["driver_call_counters"]
+    out["ns_per_call"] = out["ns_inside"] / out["calls"] if out["calls"] else None
+    out["driver_calls_per_free"] = out["driver_calls"] / out["frees"] if out["frees"] else None
+    out["reserved_peak"] = b["reserved_peak"]
+    fa, fb = a.get("fences", {}), b.get("fences", {})
+    out["fences"] = {k: (v - fa.get(k, 0) if k.startswith("num_") else v) for k, v in fb.items()}
+    return out
+
+
+class CachallocCounters:
+    """cachalloc_stats_json through ctypes; .available is False without cachalloc."""
+
+    def __init__(self):
+        self.available = False
+        try:
+            self.lib = ctypes.CDLL(None)
+            self.fn = self.lib.cachalloc_stats_json
+            self.size_fn = self.lib.cachalloc_stats_json_size
+            self.fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            self.size_fn.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+            self.available = True
+        except (OSError, AttributeError):
+            pass
+
+    def dump(self):
+        if not self.available:
+            return None
+        for _ in range(4):
+            need = ctypes.c_size_t(0)
+            self.size_fn(ctypes.byref(need))
+            buf = ctypes.create_string_buffer(need.value + 65536)
+            rc = self.fn(buf, len(buf))
+            if rc == 0:
+                try:
+                    return json.loads(buf.value.decode())
+                except ValueError:
+                    return None
+            if rc != 1:  # not initialized yet, or another error
+                return None
+        return None
+
+    def snapshot(self):
+        d = self.dump()
+        return summarize_dump(d) if d is not None else None
+
+
+# --- timing and output ---------------------------------------------------------------------
+
+class StepTimer:
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.times = []
+
+    def __enter__(self):
+        self.torch.cuda.synchronize()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.cuda.synchronize()
+        self.times.append((time.perf_counter() - self.t0) * 1e3)
+        return False
+
+
+def emit(result):
+    name = result["program"]
+    for i, (v, h) in enumerate(zip(result.get("loss_values", []), result.get("losses", []))):
+        print(f"LOSS program={name} step={i} value={v!r} hex={h}")
+    ms = result.get("step_ms", [])
+    if ms:
+        print(f"STEP_MS program={name} median={statistics.median(ms):.3f} min={min(ms):.3f} "
+              f"max={max(ms):.3f} n={len(ms)}")
+    peak = result.get("peak") or {}
+    if peak.get("bytes") is not None:
+        print(f"PEAK program={name} bytes={peak['bytes']} source={peak.get('source')}")
+    print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
+    sys.stdout.flush()
+
+
+def skip(name, why):
+    emit({"program": name, "ok": False, "skipped": True, "error": why})

@@ -1,0 +1,357 @@
+// pluggable_api.cpp — PyTorch's pluggable allocator ABI (include/cachalloc.h).
+//
+//   torch.cuda.memory.CUDAPluggableAllocator(path, "cachalloc_malloc", "cachalloc_free")
+//
+// loads libcachalloc.so with ctypes (dlopen, RTLD_LOCAL) and calls
+//   void* cachalloc_malloc(ssize_t size, int device, cudaStream_t stream)
+//   void  cachalloc_free(void* ptr, ssize_t size, int device, cudaStream_t stream)
+// for every tensor (or, under torch.cuda.MemPool, for every segment of the
+// pool).  Both run on the device's primary context (made current for the
+// call when another context is current, then restored), in the same
+// per-context allocator the hooks use when the library is also preloaded.
+//
+// Stream order is PyTorch's: a block is allocated for `stream` and, once
+// freed, reused at once by the next allocation on that stream; another
+// stream gets it only after events recorded on every stream the block was
+// recorded on (cachalloc_pluggable_record_stream, torch's
+// Tensor.record_stream) have completed.  The free's own `stream` argument is
+// the allocation's stream (torch stores it); a different one is recorded
+// like record_stream, so it is honoured either way.
+//
+// Loaded this way the library does not intercept anything else in the
+// process (load_mode.h: Mode::passive).  When another copy of the library is
+// preloaded from another path, every entry point here forwards to that copy,
+// so one allocator state serves the process; loaded from the same path,
+// dlopen returns the preloaded object itself.
+//
+// Graph capture: while `stream` is being captured the caches are not used
+// (a cached block's pending events cannot be queried, nor new ones recorded,
+// without invalidating the capture): an allocation goes to cuMemAlloc_v2 and
+// frees wait until no capture is in flight.  PyTorch's private graph pools
+// need beginAllocateToPool, which the pluggable interface only offers as a
+// C++ std::function: use PyTorch's own allocator (or LD_PRELOAD mode) for
+// CUDA graphs.
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "cachalloc.h"
+#include "capture_tracking.h"
+#include "context_registry.h"
+#include "load_mode.h"
+#include "log.h"
+#include "pluggable_api.h"
+#include "process_state.h"
+#include "real_driver.h"
+#include "stream_ids.h"
+
+#define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace cachalloc::shim {
+namespace {
+
+// --- forwarding to a preloaded copy ------------------------------------------
+
+using MallocFn = void* (*)(ssize_t, int, CUstream);
+using FreeFn = void (*)(void*, ssize_t, int, CUstream);
+using InitFn = void (*)(int);
+using EmptyFn = void (*)();
+using FractionFn = void (*)(double, int);
+using BaseFn = void* (*)(void*, size_t*);
+using RecordFn = void (*)(void*, CUstream);
+
+struct Forward {
+  MallocFn malloc = nullptr;
+  FreeFn free = nullptr;
+  InitFn init = nullptr;
+  EmptyFn empty_cache = nullptr;
+  FractionFn fraction = nullptr;
+  BaseFn base_alloc = nullptr;
+  RecordFn record_stream = nullptr;
+};
+
+template <typename Fn>
+Fn other(const char* name) {
+  return reinterpret_cast<Fn>(other_copy_symbol(name));
+}
+
+// Resolved once, before this copy initializes anything of its own.
+const Forward& forward() {
+  static const Forward f = [] {
+    Forward r;
+    r.malloc = other<MallocFn>("cachalloc_malloc");
+    if (r.malloc == nullptr) return r;  // no other copy: serve here
+    r.free = other<FreeFn>("cachalloc_free");
+    r.init = other<InitFn>("cachalloc_pluggable_init");
+    r.empty_cache = other<EmptyFn>("cachalloc_pluggable_empty_cache");
+    r.fraction = other<FractionFn>("cachalloc_pluggable_set_memory_fraction");
+    r.base_alloc = other<BaseFn>("cachalloc_pluggable_base_alloc");
+    r.record_stream = other<RecordFn>("cachalloc_pluggable_record_stream");
+    if (r.free == nullptr) r = Forward{};  // not a copy of this library after all
+    return r;
+  }();
+  return f;
+}
+
+// --- run-time memory fraction ----------------------------------------------------
+
+std::array<std::atomic<double>, kMaxFractionDevices> g_fraction{};
+
+// --- primary contexts --------------------------------------------------------------
+
+using DeviceGetFn = CUresult (*)(CUdevice*, int);
+using InitDriverFn = CUresult (*)(unsigned int);
+
+std::array<std::atomic<CUcontext>, kMaxFractionDevices> g_primary{};
+std::mutex g_primary_mutex;
+
+// The primary context of device ordinal `device`, retained once for the
+// life of the process (as cudart does); nullptr when the driver refuses.
+CUcontext primary_context(const RealDriver* d, int device) {
+  if (device < 0 || device >= kMaxFractionDevices) return nullptr;
+  CUcontext ctx = g_primary[device].load(std::memory_order_acquire);
+  if (ctx != nullptr) [[likely]] return ctx;
+  std::lock_guard lock(g_primary_mutex);
+  ctx = g_primary[device].load(std::memory_order_relaxed);
+  if (ctx != nullptr) return ctx;
+  auto device_get = reinterpret_cast<DeviceGetFn>(real_dlsym(d->handle, "cuDeviceGet"));
+  auto init = reinterpret_cast<InitDriverFn>(real_dlsym(d->handle, "cuInit"));
+  if (device_get == nullptr || d->cuDevicePrimaryCtxRetain == nullptr) return nullptr;
+  CUdevice dev = 0;
+  CUresult r = device_get(&dev, device);
+  if (r == CUDA_ERROR_NOT_INITIALIZED && init != nullptr && init(0) == CUDA_SUCCESS) r = device_get(&dev, device);
+  if (r != CUDA_SUCCESS || d->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || ctx == nullptr) {
+    obs::logger().error("cachalloc_malloc/cachalloc_free: no primary context for device {} (error {})", device,
+                        static_cast<int>(r));
+    return nullptr;
+  }
+  g_primary[device].store(ctx, std::memory_order_release);
+  return ctx;
+}
+
+// --- graph capture -----------------------------------------------------------------
+
+// Whether `stream` is being captured.  Preloaded, the hooks count captures
+// and the driver is asked only while one is in flight; dlopen'ed, nothing
+// counts them, so the driver is asked (an error counts as capturing).
+bool capturing(const RealDriver* d, Mode m, CUstream stream) {
+  if (m == Mode::active) return stream_is_capturing(stream, false);
+  if (d->cuStreamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+struct DeferredFree {
+  void* ptr;
+  int device;
+  CUstream stream;
+};
+std::mutex g_deferred_mutex;
+std::atomic<std::size_t> g_deferred_count{0};
+
+// Leaked on purpose (frees may come during exit); created at first use, so
+// loading the library runs no constructor.
+std::vector<DeferredFree>& deferred_frees() {
+  static auto* v = new std::vector<DeferredFree>();
+  return *v;
+}
+
+void defer_free(void* ptr, int device, CUstream stream) {
+  std::lock_guard lock(g_deferred_mutex);
+  deferred_frees().push_back({ptr, device, stream});
+  g_deferred_count.store(deferred_frees().size(), std::memory_order_relaxed);
+}
+
+// --- serving -----------------------------------------------------------------------
+
+Status free_on(ContextState& s, DevicePtr p, StreamId id) {
+  const Status st = s.allocator().record_stream(p, id);
+  return st != kSuccess ? st : s.allocator().free(p);
+}
+
+// Frees `p` (the primary context of its device current, or the caller's):
+// in the current context's cache, else in whichever context owns it, else
+// (an allocation made while a capture was in flight or cachalloc was
+// disabled) with the driver.
+void free_now(const RealDriver* d, void* ptr, CUstream stream) {
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  const StreamId id = stream_id(stream, false);
+  ContextState* s = current_context_state();
+  Status st = s != nullptr ? free_on(*s, p, id) : kNotOwned;
+  if (st == kNotOwned) {
+    ContextState* owner = find_owner(p);
+    if (owner != nullptr && owner != s) {
+      ContextGuard guard(d, owner->context());
+      st = free_on(*owner, p, id);
+    }
+  }
+  if (st == kNotOwned) {
+    counters().count(obs::Passthrough::foreign_pointer);
+    st = static_cast<Status>(d->cuMemFree_v2(static_cast<CUdeviceptr>(p)));
+  }
+  if (st != kSuccess)
+    obs::logger().error("cachalloc_free({}): not a live allocation (freed twice, or not from cachalloc_malloc): "
+                        "error {}",
+                        ptr, static_cast<int>(st));
+}
+
+// Frees what waited for captures to end, once none is in flight (the
+// caller's stream is not capturing and, preloaded, the hooks count none).
+void settle_deferred(const RealDriver* d, Mode m) {
+  if (g_deferred_count.load(std::memory_order_relaxed) == 0) [[likely]] return;
+  if (m == Mode::active && capture_in_flight()) return;
+  std::vector<DeferredFree> todo;
+  {
+    std::lock_guard lock(g_deferred_mutex);
+    todo.swap(deferred_frees());
+    g_deferred_count.store(0, std::memory_order_relaxed);
+  }
+  for (const DeferredFree& f : todo) {
+    std::optional<ContextGuard> guard;
+    if (CUcontext ctx = primary_context(d, f.device)) guard.emplace(d, ctx);
+    free_now(d, f.ptr, f.stream);
+  }
+}
+
+// The reserved bytes of `s` are within the run-time fraction of `device`.
+bool within_fraction(ContextState& s, int device) {
+  const double f = memory_fraction_override(device);
+  if (f <= 0.0 || f >= 1.0) [[likely]] return true;
+  const double cap = f * static_cast<double>(s.device_total());
+  return static_cast<double>(s.allocator().stats().reserved_bytes[StatType::aggregate].current) <= cap;
+}
+
+// Allocates in the current context's cache for `stream`; applies the
+// run-time fraction as PyTorch does: over it, the cache is emptied and the
+// allocation retried once; still over it, out of memory.
+void* serve_malloc(std::size_t size, int device, CUstream stream) {
+  ContextState* s = current_context_state();
+  if (s == nullptr) return nullptr;
+  const StreamId id = stream_id(stream, false);
+  CachingAllocator& a = s->allocator();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    DevicePtr p = 0;
+    if (a.malloc(&p, size, id) != kSuccess) return nullptr;  // the core wrote the OOM report
+    if (within_fraction(*s, device)) return reinterpret_cast<void*>(p);
+    a.free(p);
+    a.empty_cache();  // then retry; after the retry, what the failed attempt cached goes back too
+  }
+  obs::logger().error("cachalloc_malloc: {} bytes on device {} would exceed the memory fraction {} of {} bytes",
+                      size, device, memory_fraction_override(device), s->device_total());
+  return nullptr;
+}
+
+template <typename Body, typename R>
+R guarded(R fallback, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return fallback;
+  }
+}
+
+}  // namespace
+
+double memory_fraction_override(int device) {
+  if (device < 0 || device >= kMaxFractionDevices) return 0.0;
+  return g_fraction[device].load(std::memory_order_relaxed);
+}
+
+bool set_memory_fraction_override(int device, double fraction) {
+  if (device < -1 || device >= kMaxFractionDevices) return false;
+  for (int i = 0; i < kMaxFractionDevices; ++i)
+    if (device == -1 || device == i) g_fraction[i].store(fraction, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace cachalloc::shim
+
+using namespace cachalloc;
+using namespace cachalloc::shim;
+
+CACHALLOC_EXPORT void* cachalloc_malloc(ssize_t size, int device, struct CUstream_st* stream) {
+  if (const Forward& f = forward(); f.malloc != nullptr) return f.malloc(size, device, stream);
+  return guarded(static_cast<void*>(nullptr), [&]() -> void* {
+    if (size <= 0) return nullptr;
+    const Mode m = current_mode();
+    const RealDriver* d = real_driver();
+    if (m == Mode::exiting || d == nullptr) return nullptr;
+    CUcontext ctx = primary_context(d, device);
+    if (ctx == nullptr) return nullptr;
+    ContextGuard guard(d, ctx);
+    CUdeviceptr p = 0;
+    if (!caching(m)) {  // disabled (bad CACHALLOC_CONF), forked: the driver's memory
+      return d->cuMemAlloc_v2(&p, static_cast<size_t>(size)) == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
+    }
+    if (capturing(d, m, stream)) [[unlikely]] {
+      counters().count(obs::Passthrough::capture);
+      return d->cuMemAlloc_v2(&p, static_cast<size_t>(size)) == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
+    }
+    settle_deferred(d, m);
+    return serve_malloc(static_cast<std::size_t>(size), device, stream);
+  });
+}
+
+CACHALLOC_EXPORT void cachalloc_free(void* ptr, ssize_t size, int device, struct CUstream_st* stream) {
+  if (ptr == nullptr) return;
+  if (const Forward& f = forward(); f.free != nullptr) return f.free(ptr, size, device, stream);
+  guarded(0, [&] {
+    const Mode m = current_mode();
+    const RealDriver* d = real_driver();
+    if (m == Mode::exiting || d == nullptr) return 0;  // the process is ending: nothing is reused any more
+    std::optional<ContextGuard> guard;  // none for a bad device: the owner is looked up below
+    if (CUcontext ctx = primary_context(d, device)) guard.emplace(d, ctx);
+    if (!caching(m)) {
+      d->cuMemFree_v2(reinterpret_cast<CUdeviceptr>(ptr));
+      return 0;
+    }
+    if (capturing(d, m, stream)) [[unlikely]] {
+      defer_free(ptr, device, stream);
+      return 0;
+    }
+    settle_deferred(d, m);
+    free_now(d, ptr, stream);
+    return 0;
+  });
+}
+
+CACHALLOC_EXPORT void cachalloc_pluggable_init(int device_count) {
+  (void)device_count;
+  if (const Forward& f = forward(); f.init != nullptr) return f.init(device_count);
+  guarded(0, [] {
+    (void)current_mode();  // reads CACHALLOC_CONF and loads the driver now rather than at the first allocation
+    return 0;
+  });
+}
+
+CACHALLOC_EXPORT void cachalloc_pluggable_empty_cache(void) {
+  if (const Forward& f = forward(); f.empty_cache != nullptr) return f.empty_cache();
+  (void)cachalloc_empty_cache(-1);
+}
+
+CACHALLOC_EXPORT void cachalloc_pluggable_set_memory_fraction(double fraction, int device) {
+  if (const Forward& f = forward(); f.fraction != nullptr) return f.fraction(fraction, device);
+  (void)cachalloc_set_memory_fraction(fraction, device);
+}
+
+CACHALLOC_EXPORT void* cachalloc_pluggable_base_alloc(void* ptr, size_t* size) {
+  if (const Forward& f = forward(); f.base_alloc != nullptr) return f.base_alloc(ptr, size);
+  void* base = ptr;
+  if (cachalloc_get_base_allocation(ptr, &base, size) != CACHALLOC_SUCCESS) return ptr;
+  return base;
+}
+
+CACHALLOC_EXPORT void cachalloc_pluggable_record_stream(void* ptr, struct CUstream_st* stream) {
+  if (const Forward& f = forward(); f.record_stream != nullptr) return f.record_stream(ptr, stream);
+  const int rc = cachalloc_record_stream(ptr, stream);
+  if (rc == CACHALLOC_SUCCESS || rc == CACHALLOC_ERROR_NOT_INITIALIZED || rc == CACHALLOC_ERROR_DEINITIALIZED) return;
+  guarded(0, [&] {
+    obs::logger().warn("record_stream({}, stream {}): not a live cachalloc block (error {}); ignored", ptr,
+                       static_cast<const void*>(stream), rc);
+    return 0;
+  });
+}

@@ -1,0 +1,21 @@
+// pluggable_api.h — what the control API shares with the pluggable ABI
+// (shim/pluggable_api.cpp): the memory fraction set at run time.
+//
+// cachalloc_set_memory_fraction (and PyTorch's
+// torch.cuda.set_per_process_memory_fraction through the pluggable hook)
+// caps what the pluggable ABI may keep reserved on a device, on top of
+// CACHALLOC_CONF per_process_memory_fraction (which the core enforces for
+// every allocation).
+#pragma once
+
+namespace cachalloc::shim {
+
+// Devices the run-time fraction can name (ordinals 0 .. kMaxFractionDevices-1).
+inline constexpr int kMaxFractionDevices = 64;
+
+// The fraction set for `device`, or 0 when none was set.
+double memory_fraction_override(int device);
+// Sets it for `device` (-1: every device).  False for an ordinal out of range.
+bool set_memory_fraction_override(int device, double fraction);
+
+}  // namespace cachalloc::shim
