@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <exception>
 
@@ -70,17 +71,19 @@ struct Torch {
     }
   }
   static bool release_async(void* p, void*) { return release(p); }
+  // Plain cudart streams: PyTorch's allocator serves any stream, and
+  // c10's stream pool aborted here outside a torch-initialized process.
   static bool new_stream(bool blocking, void** out) {
-    if (blocking) return false;
-    try {
-      *out = c10::cuda::getStreamFromPool(false).stream();
-      return true;
-    } catch (const std::exception& e) {
-      t_error = e.what();
+    cudaStream_t s = nullptr;
+    const cudaError_t err = cudaStreamCreateWithFlags(&s, blocking ? cudaStreamDefault : cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+      t_error = cudaGetErrorString(err);
       return false;
     }
+    *out = s;
+    return true;
   }
-  static void destroy_stream(void*) {}  // pool streams live as long as the process
+  static void destroy_stream(void* s) { cudaStreamDestroy(static_cast<cudaStream_t>(s)); }
   static void use_stream(void* s) {
     if (s == nullptr) return;
     c10::cuda::setCurrentCUDAStream(

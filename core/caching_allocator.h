@@ -142,6 +142,11 @@ class CachingAllocator {
   // segment to the device.
   void empty_cache();
 
+  // Returns to the pools what completed events and fences allow, putting
+  // waiting deferred frees behind a fence first (driver calls; for
+  // cudaMemGetInfo, so that releasable_bytes() sees merged free blocks).
+  void reclaim();
+
   // Bytes that empty_cache() could give back right now (free whole segments
   // plus those only waiting on events).
   std::size_t releasable_bytes() const;

@@ -134,6 +134,13 @@ void CachingAllocator::wait_fences() {
   }
 }
 
+void CachingAllocator::reclaim() {
+  std::lock_guard lock(mutex_);
+  flush_deferred();
+  poll_fences();
+  if (pending_count_ != 0 || !unsynced_.empty()) process_events();
+}
+
 void CachingAllocator::flush_deferred() {
   if (deferred_ != nullptr) issue_fence();
 }

@@ -223,6 +223,7 @@ CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes) {
   if (r != CUDA_SUCCESS) return r;
   if (ContextState* ctx = current_context_state()) {
     CachingAllocator& a = ctx->allocator();
+    a.reclaim();  // completed fences merge their blocks first
     const size_t releasable = a.releasable_bytes();
     f = std::min(f + releasable, t);
     if (config().per_process_memory_fraction < 1.0) {

@@ -63,8 +63,9 @@ banner() { printf '\n===== %s  (t=%ss)\n' "$1" "$(elapsed)"; }
 results() { grep '^RESULT ' "$1" 2>/dev/null; }
 field() { sed -n "s/.*$2 \([0-9.]*\).*/\1/p" "$1" | head -1; }
 # bare: no cachalloc at all (LD_PRELOAD and CACHALLOC_CONF removed).
-bare() { env -u LD_PRELOAD -u CACHALLOC_CONF -u PYTORCH_NO_CUDA_MEMORY_CACHING "$@"; }
-preload() { env LD_PRELOAD="$SHIM${LD_PRELOAD:+:$LD_PRELOAD}" "$@"; }
+# Command prefixes (arrays, not functions: `timeout` runs programs only).
+BARE=(env -u LD_PRELOAD -u CACHALLOC_CONF -u PYTORCH_NO_CUDA_MEMORY_CACHING)
+PRELOAD=(env "LD_PRELOAD=$SHIM${LD_PRELOAD:+:$LD_PRELOAD}")
 # The peak reserved bytes of each rank's dump in a directory: "rank bytes" lines.
 dump_peaks() {
   "$PY" - "$1" <<'PYEOF'
@@ -96,13 +97,13 @@ if (( GPUS == 0 )); then row "gpu" SKIP "no GPU: every check skipped"; fi
 if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
   banner "1. torch_pluggable.py: native, LD_PRELOAD (caching off), pluggable"
   ex="examples/torch_pluggable.py"
-  timeout --kill-after=5 "$(left 120)" bare "$PY" "$ex" --allocator native >"$OUTDIR/pluggable-native.log" 2>&1
+  timeout --kill-after=5 "$(left 120)" "${BARE[@]}" "$PY" "$ex" --allocator native >"$OUTDIR/pluggable-native.log" 2>&1
   rc_n=$?
-  timeout --kill-after=5 "$(left 120)" preload env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+  timeout --kill-after=5 "$(left 120)" "${PRELOAD[@]}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
     CACHALLOC_CONF="stats:$OUTDIR/pluggable-preload-stats.json" \
     "$PY" "$ex" --allocator native >"$OUTDIR/pluggable-preload.log" 2>&1
   rc_p=$?
-  timeout --kill-after=5 "$(left 120)" bare env CACHALLOC_CONF="stats:$OUTDIR/pluggable-pluggable-stats.json" \
+  timeout --kill-after=5 "$(left 120)" "${BARE[@]}" env CACHALLOC_CONF="stats:$OUTDIR/pluggable-pluggable-stats.json" \
     "$PY" "$ex" --allocator pluggable --summary >"$OUTDIR/pluggable-pluggable.log" 2>&1
   rc_g=$?
   tail -n 4 "$OUTDIR"/pluggable-*.log
@@ -131,7 +132,7 @@ if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
 
   # --- 2. torch_mempool ----------------------------------------------------------
   banner "2. torch_mempool.py --compare"
-  timeout --kill-after=5 "$(left 150)" bare env CACHALLOC_CONF="stats:$OUTDIR/mempool-stats.json" \
+  timeout --kill-after=5 "$(left 150)" "${BARE[@]}" env CACHALLOC_CONF="stats:$OUTDIR/mempool-stats.json" \
     "$PY" examples/torch_mempool.py --compare >"$OUTDIR/mempool.log" 2>&1
   rc=$?
   grep -E '^(CACHALLOC|placement|NOTE|reference|compare|torch_mempool)' "$OUTDIR/mempool.log"
@@ -148,9 +149,9 @@ if (( GPUS >= 2 )) && [[ -n "$SHIM" ]]; then
     prog="$BUILD/examples/multi_gpu_$variant"
     if [[ ! -x "$prog" ]]; then row "multi_gpu_$variant" FAIL "not built (nvcc?)"; continue; fi
     banner "3. multi_gpu_$variant bare and under LD_PRELOAD"
-    timeout --kill-after=5 "$(left 90)" bare "$prog" >"$OUTDIR/multi_gpu_$variant-bare.log" 2>&1
+    timeout --kill-after=5 "$(left 90)" "${BARE[@]}" "$prog" >"$OUTDIR/multi_gpu_$variant-bare.log" 2>&1
     rc_b=$?
-    timeout --kill-after=5 "$(left 90)" preload env CACHALLOC_CONF="stats:$OUTDIR/multi_gpu_$variant-stats.json" \
+    timeout --kill-after=5 "$(left 90)" "${PRELOAD[@]}" env CACHALLOC_CONF="stats:$OUTDIR/multi_gpu_$variant-stats.json" \
       "$prog" >"$OUTDIR/multi_gpu_$variant-shim.log" 2>&1
     rc_s=$?
     tail -n 3 "$OUTDIR/multi_gpu_$variant-bare.log" "$OUTDIR/multi_gpu_$variant-shim.log"
@@ -177,10 +178,10 @@ if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
     rm -rf "$dir" && mkdir -p "$dir"
     run=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$N" "$client" "--allocator=$a" --steps "$STEPS")
     case $a in
-      native) timeout --kill-after=10 "$(left 150)" bare "${run[@]}" >"$dir/out.log" 2>&1 ;;
-      preload) timeout --kill-after=10 "$(left 150)" preload env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      native) timeout --kill-after=10 "$(left 150)" "${BARE[@]}" "${run[@]}" >"$dir/out.log" 2>&1 ;;
+      preload) timeout --kill-after=10 "$(left 150)" "${PRELOAD[@]}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
                  CACHALLOC_CONF="stats:$dir/stats-%r.json" "${run[@]}" >"$dir/out.log" 2>&1 ;;
-      pluggable) timeout --kill-after=10 "$(left 150)" bare env CACHALLOC_CONF="stats:$dir/stats-%r.json" \
+      pluggable) timeout --kill-after=10 "$(left 150)" "${BARE[@]}" env CACHALLOC_CONF="stats:$dir/stats-%r.json" \
                    "${run[@]}" >"$dir/out.log" 2>&1 ;;
     esac
     RC[$a]=$?
