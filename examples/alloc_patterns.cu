@@ -12,6 +12,11 @@
 //
 // Prints one line per pattern and finally `alloc_patterns: PASS` (exit 0) or
 // `alloc_patterns: FAIL ...` (exit 1).  Exit 77 when no GPU can be used.
+//
+// --sanitizer-safe (verify_kernels.cuh; tests/gpu/run_sanitizer.sh): the
+// fence patterns wait for the reader before each cudaFree (the same
+// allocations, without the free during the kernel) and oom, whose failing
+// calls are the point, is left out.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -154,6 +159,9 @@ void fence_once(cudaStream_t reader, cudaStream_t writer, std::size_t bytes, int
   unsigned long long* seen = tally.take();
   examples::spin_then_check_kernel<<<4, 256, 0, reader>>>(
       static_cast<const std::uint32_t*>(x), bytes / 4, old_seed, kSpinNs, seen);
+  // Sanitizer-safe: the reader is done before the free (memcheck would see
+  // a kernel reading memory that the host has freed).
+  if (examples::sanitizer_safe()) CK(cudaStreamSynchronize(reader));
   auto t0 = std::chrono::steady_clock::now();
   CK(cudaFree(x));
   *free_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -375,6 +383,10 @@ void pattern_meminfo() {
 // --- out of memory on purpose, then allocate again ---
 void pattern_oom() {
   const int before = g_failures.load();
+  if (examples::sanitizer_safe()) {  // every failing call here is on purpose
+    report("oom", before, "skipped (--sanitizer-safe: its allocations fail on purpose)");
+    return;
+  }
   std::size_t free0 = 0, total = 0;
   CK(cudaMemGetInfo(&free0, &total));
   void* p = nullptr;
@@ -443,8 +455,9 @@ bool selected(const char* name, int argc, char** argv) {
 
 }  // namespace
 
-// alloc_patterns [PATTERN...]: all patterns, or only those named.
+// alloc_patterns [--sanitizer-safe] [PATTERN...]: all patterns, or only those named.
 int main(int argc, char** argv) {
+  examples::take_sanitizer_safe_flag(argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("alloc_patterns: SKIP (no usable GPU)\n");
@@ -452,7 +465,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("alloc_patterns: %s, cudart %d\n", prop.name, CUDART_VERSION);
+  std::printf("alloc_patterns: %s, cudart %d%s\n", prop.name, CUDART_VERSION,
+              examples::sanitizer_safe() ? ", sanitizer-safe" : "");
   if (!g_counters.init()) return 1;
   for (const Pattern& p : kPatterns)
     if (selected(p.name, argc, argv)) p.run();

@@ -21,7 +21,11 @@
 // memory handed out again before the work that used it finished, shows as
 // mismatches.
 //
-// Usage: stress_patterns [seconds]   (default 20)
+// Usage: stress_patterns [--sanitizer-safe] [seconds]   (default 20)
+// --sanitizer-safe (verify_kernels.cuh; tests/gpu/run_sanitizer.sh): a
+// cudaMalloc block's last kernel is waited for before its cudaFree, the
+// late reader's included, so that compute-sanitizer never sees a kernel
+// reading memory the host has freed; everything else is the same.
 // Prints `stress_patterns: PASS` and exits 0 when no word differed and no
 // CUDA call failed; `stress_patterns: FAIL ...` and 1 otherwise; 77 when no
 // GPU can be used.
@@ -205,6 +209,7 @@ class Worker {
   void release(Block& b) {
     check(b);
     if (!b.async) {
+      if (examples::sanitizer_safe()) CK(cudaStreamSynchronize(b.last));
       CK(cudaFree(b.p));
     } else {
       switch (pick(3)) {
@@ -299,8 +304,12 @@ class Worker {
     examples::spin_then_check_kernel<<<4, 256, 0, r>>>(static_cast<const std::uint32_t*>(x.p), x.bytes / 4, x.seed,
                                                         kLateReaderNs, counter_);
     CK_LAUNCH();
-    if (x.async) CK(cudaFreeAsync(x.p, r));  // stream-ordered after the reader
-    else CK(cudaFree(x.p));                   // synchronizes with the device first
+    if (x.async) {
+      CK(cudaFreeAsync(x.p, r));  // stream-ordered after the reader
+    } else {
+      if (examples::sanitizer_safe()) CK(cudaStreamSynchronize(r));  // the reader is done first
+      CK(cudaFree(x.p));  // synchronizes with the device first
+    }
     ++tally_.frees;
     cudaStream_t w = own_[1];
     for (int k = 0; k < 2 && live_.size() < kMaxLive; ++k) {
@@ -354,6 +363,7 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::take_sanitizer_safe_flag(argc, argv);
   const double seconds = argc > 1 ? std::atof(argv[1]) : 20.0;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -362,7 +372,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("stress_patterns: %s, cudart %d, %d threads for %.1f s\n", prop.name, CUDART_VERSION, kThreads, seconds);
+  std::printf("stress_patterns: %s, cudart %d, %d threads for %.1f s%s\n", prop.name, CUDART_VERSION, kThreads, seconds,
+              examples::sanitizer_safe() ? ", sanitizer-safe" : "");
   std::fflush(stdout);
   if (!CK(cudaHostAlloc(&g_mismatches, kThreads * sizeof(*g_mismatches), cudaHostAllocMapped))) return 1;
   std::fill(g_mismatches, g_mismatches + kThreads, 0ull);

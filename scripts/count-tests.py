@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 """count-tests.py — the closing line of the test command: 'N passed, N failed'.
 
-Reads meson's test log of each build directory given.  A Catch2 executable
-counts as its TEST_CASEs (from the XML report it wrote to BUILD/catch-xml/);
-any other meson test (a shell script, a small program) counts as one case.
-Skipped tests (exit 77) are counted apart.  Exit status 1 if anything failed.
+Reads meson's test logs: each argument is a build directory (its
+meson-logs/testlog.json) or a log file itself (BUILD/meson-logs/NAME.json,
+as `meson test --logbase NAME` writes it; scripts/test.sh runs several
+configurations and gives each its own).  A Catch2 executable counts as its
+TEST_CASEs (from the XML report it wrote to BUILD/catch-xml/); any other
+meson test (a shell script, a small program, a fuzzing run) counts as one
+case.  Skipped tests (exit 77) are counted apart, on the line before the
+last.  `--failed WHAT` (repeatable) counts one failure for something that
+produced no log (scripts/test.sh: a phase that could not configure or
+build).  The last line is exactly 'N passed, N failed'.  Exit status 1 if
+anything failed.
 """
 import json
 import os
@@ -27,8 +34,23 @@ def catch2_cases(xml_path):
     return passed, failed
 
 
-def count_build(build_dir):
-    log = os.path.join(build_dir, "meson-logs", "testlog.json")
+def log_and_build_dir(arg):
+    """(test log, build directory) for a build directory or a log file."""
+    if os.path.isdir(arg):
+        return os.path.join(arg, "meson-logs", "testlog.json"), arg
+    return arg, os.path.dirname(os.path.dirname(os.path.abspath(arg)))
+
+
+def label(arg):
+    """How a log is named in the per-log lines: build or build/testlog-asan."""
+    log, build_dir = log_and_build_dir(arg)
+    name = os.path.basename(os.path.normpath(build_dir))
+    base = os.path.splitext(os.path.basename(log))[0]
+    return name if base == "testlog" else f"{name}/{base}"
+
+
+def count_build(arg):
+    log, build_dir = log_and_build_dir(arg)
     passed = failed = skipped = 0
     with open(log) as f:
         for line in f:
@@ -53,13 +75,21 @@ def count_build(build_dir):
     return passed, failed, skipped
 
 
-def main(build_dirs):
+def main(args):
     total = [0, 0, 0]
-    for d in build_dirs:
-        p, f, s = count_build(d)
-        print(f"{os.path.basename(os.path.normpath(d))}: {p} passed, {f} failed, {s} skipped")
+    i = 0
+    while i < len(args):
+        if args[i] == "--failed" and i + 1 < len(args):
+            print(f"{args[i + 1]}: 0 passed, 1 failed (no test log)")
+            total[1] += 1
+            i += 2
+            continue
+        p, f, s = count_build(args[i])
+        print(f"{label(args[i])}: {p} passed, {f} failed, {s} skipped")
         total = [total[0] + p, total[1] + f, total[2] + s]
-    print(f"{total[0]} passed, {total[1]} failed, {total[2]} skipped")
+        i += 1
+    print(f"{total[2]} skipped (exit 77: nothing to run here, e.g. no GPU)")
+    print(f"{total[0]} passed, {total[1]} failed")
     return 1 if total[1] else 0
 
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs, from Debian's packages, whatever the build needs
 # and this machine lacks: meson, ninja, a C++20 compiler, Catch2 v2, spdlog,
-# fmt, binutils (readelf), python3.  The CUDA toolkit (headers, nvcc) is
-# expected at /usr/local/cuda, as on every machine of this project.
+# fmt, binutils (readelf), python3, and for scripts/test.sh's sanitizer and
+# fuzzing phases clang with its runtimes (libFuzzer), gcc's ASan/UBSan/TSan
+# runtimes and a static libc (the test wrapper tests/sanitize/preload_first.c
+# is linked statically).  The CUDA toolkit (headers, nvcc) is expected at
+# /usr/local/cuda, as on every machine of this project.
 set -euo pipefail
 need=()
 command -v meson >/dev/null || need+=(meson)
@@ -14,6 +17,13 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
 [ -f /usr/include/spdlog/spdlog.h ] || need+=(libspdlog-dev)
 [ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
+# gcc's sanitizer runtimes come with libgcc-*-dev (a dependency of g++);
+# the static libc with libc6-dev.
+[[ "$(gcc -print-file-name=libc.a 2>/dev/null)" == /* ]] || need+=(libc6-dev)
+command -v clang >/dev/null && command -v clang++ >/dev/null || need+=(clang)
+# -fsanitize=fuzzer links libclang_rt.fuzzer from libclang-rt-N-dev.
+fuzzer_rt() { [ -f "$(clang --print-runtime-dir 2>/dev/null)/libclang_rt.fuzzer-$(uname -m).a" ]; }
+command -v clang >/dev/null && fuzzer_rt || need+=(libclang-rt-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "== installing from Debian: ${need[*]}"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -18,6 +18,19 @@
 //  * fork(): the child never writes the parent's reports (it cannot use
 //    CUDA, and it would overwrite the parent's files).
 //
+// Nested report signals: while one report handler collects or writes (or
+// the atexit handler does), the other report signals (SIGTERM, SIGINT, the
+// snapshot signal) are blocked in that thread: every handler is installed
+// with all of them in its sa_mask, and cachalloc_write_exit_reports_once
+// blocks them around collecting.  Without that, a SIGTERM arriving while
+// the snapshot handler collects the state ran the exit reports inside it,
+// collecting again: the allocator's lock taken twice by one thread (a
+// deadlock) or malloc re-entered (heap corruption).  The blocked signal is
+// delivered once the report is done.  tests/hostile/signals_during_dump.py
+// --nested (hostile_signals_nested) proves it.  When we chain to the
+// program's own handler, it runs with the mask it would have had without
+// cachalloc (its sa_mask, not ours).
+//
 // Signal-safety risk (documented in docs/OBSERVABILITY.md): writing files in
 // a signal handler is not async-signal-safe.  collect_report takes the
 // allocators' locks and the writers allocate host memory; if the signal
@@ -30,6 +43,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <ucontext.h>
 
 #include <atomic>
 #include <cerrno>
@@ -45,6 +59,19 @@ std::atomic<bool> g_installed{false};
 std::atomic<bool> g_written{false};
 std::atomic<bool> g_disabled{false};  // set in fork children
 bool g_want_segments = false;         // config.snapshot != ""
+std::atomic<int> g_snapshot_signal{0};  // set before its handler is installed
+
+// SIGTERM, SIGINT and the snapshot signal (when configured): the signals
+// whose handlers collect the state and write reports.
+sigset_t report_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int snapshot = g_snapshot_signal.load();
+  if (snapshot > 0) sigaddset(&set, snapshot);
+  return set;
+}
 
 struct SavedHandler {
   int signal = 0;
@@ -65,13 +92,24 @@ bool is_program_handler(const struct sigaction& sa) {
   return sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
 }
 
-// Calls the program's own handler as the kernel would have.
+// Calls the program's own handler as the kernel would have, with the mask
+// the kernel would have given it: the interrupted code's mask plus the
+// handler's sa_mask (and the signal itself unless SA_NODEFER), not the
+// report signals that ours blocks.  The kernel restores the interrupted
+// mask when our handler returns.
 void chain(SavedHandler* saved, int sig, siginfo_t* info, void* context) {
   const struct sigaction& prev = saved->previous;
   if (prev.sa_flags & SA_RESETHAND) {  // one-shot handler: the next signal gets the default
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigaction(sig, &dfl, nullptr);
+  }
+  if (context != nullptr) {
+    sigset_t mask = static_cast<const ucontext_t*>(context)->uc_sigmask;
+    for (int s = 1; s < NSIG; ++s)
+      if (sigismember(&prev.sa_mask, s) == 1) sigaddset(&mask, s);
+    if (!(prev.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
+    pthread_sigmask(SIG_SETMASK, &mask, nullptr);
   }
   if (prev.sa_flags & SA_SIGINFO)
     prev.sa_sigaction(sig, info, context);
@@ -131,26 +169,41 @@ void install(SavedHandler* saved, int sig, void (*handler)(int, siginfo_t*, void
   struct sigaction sa {};
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
+  sa.sa_mask = report_signals();  // no report handler runs inside another (see the top)
   if (sigaction(sig, &sa, nullptr) != 0) saved->installed = false;
 }
 
 }  // namespace
 
 bool cachalloc_write_exit_reports_once() {
-  if (g_disabled.load() || g_written.exchange(true)) return false;
-  try {
-    cachalloc::obs::write_exit_reports(cachalloc_collect_report(g_want_segments));
-  } catch (...) {
-    cachalloc::obs::warn_stderr("writing the exit reports failed");
+  if (g_disabled.load()) return false;
+  // The report signals wait while the state is collected and the reports
+  // written (from a handler they are blocked already; from atexit not): a
+  // snapshot signal now would collect inside this collection, a SIGTERM
+  // would find the reports taken and end the process before they exist.
+  // Blocked before the once-only guard, so that a signal between the two
+  // cannot end the process with no report written.
+  const sigset_t held = report_signals();
+  sigset_t previous;
+  const bool blocked = pthread_sigmask(SIG_BLOCK, &held, &previous) == 0;
+  const bool first = !g_written.exchange(true);
+  if (first) {
+    try {
+      cachalloc::obs::write_exit_reports(cachalloc_collect_report(g_want_segments));
+    } catch (...) {
+      cachalloc::obs::warn_stderr("writing the exit reports failed");
+    }
   }
-  return true;
+  if (blocked) pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return first;
 }
 
 void cachalloc_install_exit_hooks(const cachalloc::Config& config) {
   if (g_installed.exchange(true)) return;
   bool any_report = !config.stats.empty() || !config.snapshot.empty() || !config.trace.empty();
   g_want_segments = !config.snapshot.empty();
+  // Known before any handler is installed: each one's sa_mask holds it.
+  if (config.snapshot_signal > 0 && !config.snapshot.empty()) g_snapshot_signal.store(config.snapshot_signal);
   pthread_atfork(nullptr, nullptr, in_fork_child);
   if (any_report) {
     std::atexit(at_exit);

@@ -222,11 +222,11 @@ static int nonblocking_stream_fenced(void) {
  * and allocates, recording fences on whatever streams are live: the destroy
  * hook and the fence take one lock, so no event is ever recorded on a
  * destroyed stream (on a real GPU that crashes inside libcuda). */
-static volatile int g_stop_streams;
+static int g_stop_streams; /* atomic: the flicker threads read it while this thread sets it */
 
 static void* stream_flicker(void* ok) {
   int good = A->ctx_set_current(g_ctx) == CUDA_SUCCESS;
-  while (good && !g_stop_streams) {
+  while (good && !__atomic_load_n(&g_stop_streams, __ATOMIC_RELAXED)) {
     CUstream s;
     good = A->stream_create(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS && A->stream_destroy(s) == CUDA_SUCCESS;
   }
@@ -240,7 +240,7 @@ static int stream_destroyed_during_fence(void) {
   int ok[kThreads];
   CUstream keep;
   CHECK_CU(A->stream_create(&keep, CU_STREAM_NON_BLOCKING));
-  g_stop_streams = 0;
+  __atomic_store_n(&g_stop_streams, 0, __ATOMIC_RELAXED);
   for (int i = 0; i < kThreads; ++i) CHECK(pthread_create(&t[i], NULL, stream_flicker, &ok[i]) == 0);
   CUdeviceptr b[kChurn];
   const unsigned long records = stats().event_record;
@@ -248,7 +248,7 @@ static int stream_destroyed_during_fence(void) {
     for (int i = 0; i < kChurn; ++i) CHECK_CU(A->mem_alloc(&b[i], (size_t)(1 + i % 7) * MiB));
     for (int i = 0; i < kChurn; ++i) CHECK_CU(A->mem_free(b[i]));
   }
-  g_stop_streams = 1;
+  __atomic_store_n(&g_stop_streams, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < kThreads; ++i) {
     CHECK(pthread_join(t[i], NULL) == 0);
     CHECK(ok[i]);
