@@ -234,7 +234,14 @@ class CachingAllocator {
   void wait_fences();
   void flush_deferred();
   void complete_batch(Block* blocks);
-  std::size_t fence_batch_min() const { return 20 * static_cast<std::size_t>(events_per_fence_); }
+  // About 20 frees per event of a fence, so that recording and querying it
+  // cost at most ~0.1 driver calls per free; but at most 160 frees: with
+  // PyTorch's pool of ~128 non-blocking streams alive a fence takes 129
+  // events, and batches of 2,580 frees held back gigabytes (measured:
+  // docs/BENCHMARKS.md).  Memory wins over the call budget there.
+  std::size_t fence_batch_min() const {
+    return 20 * static_cast<std::size_t>(events_per_fence_ < 8 ? events_per_fence_ : 8);
+  }
 
   // Events from a pool, not created per free.
   EventId acquire_event(Status* err);

@@ -4,8 +4,9 @@
 // stream still does with it; the driver keeps that promise by synchronizing
 // the device.  Here the freed block waits in a list instead (free_deferred),
 // at no driver cost.  When the cache misses and enough blocks wait — about
-// 20 per driver event a fence takes, so on average at most 0.1 driver
-// calls per free for recording and querying — one fence is recorded for
+// 20 per driver event a fence takes (so on average at most 0.1 driver
+// calls per free for recording and querying), capped at 160 so that many
+// idle streams do not hold back memory — one fence is recorded for
 // the whole list: it completes once all work enqueued before it, on every
 // stream, has completed (DeviceBackend::fence_record).  Fences are queried
 // when the cache misses, oldest first; a completed fence returns its batch
