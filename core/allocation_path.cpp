@@ -40,7 +40,7 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {
   if (Block* b = take_free_block(pool, size, stream)) [[likely]] return b;
   // Deferred frees whose fences completed come back before we grow.
-  if (reclaim_pending())
+  if (reclaim_pending(size))
     if (Block* b = take_free_block(pool, size, stream)) return b;
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
   if (Block* b = grow(pool, size, stream, false, err)) return b;

@@ -228,7 +228,7 @@ class CachingAllocator {
 
   // Fences for deferred frees (fence_path.cpp).
   void defer(Block* block);
-  bool reclaim_pending();
+  bool reclaim_pending(std::size_t size);
   bool issue_fence();
   bool poll_fences();
   void wait_fences();
@@ -239,8 +239,9 @@ class CachingAllocator {
   // PyTorch's pool of ~128 non-blocking streams alive a fence takes 129
   // events, and batches of 2,580 frees held back gigabytes (measured:
   // docs/BENCHMARKS.md).  Memory wins over the call budget there.
+  static constexpr std::size_t kFreesPerFenceEvent = 20;
   std::size_t fence_batch_min() const {
-    return 20 * static_cast<std::size_t>(events_per_fence_ < 8 ? events_per_fence_ : 8);
+    return kFreesPerFenceEvent * static_cast<std::size_t>(events_per_fence_ < 8 ? events_per_fence_ : 8);
   }
 
   // Events from a pool, not created per free.

@@ -8,9 +8,11 @@
 // calls per free for recording and querying), capped at 160 so that many
 // idle streams do not hold back memory — one fence is recorded for
 // the whole list: it completes once all work enqueued before it, on every
-// stream, has completed (DeviceBackend::fence_record).  Fences are queried
-// when the cache misses, oldest first; a completed fence returns its batch
-// to the pools.  The bytes waiting are bounded: past deferred_bytes_limit()
+// stream, has completed (DeviceBackend::fence_record).  With many streams
+// alive a miss records one for 20 frees already when their bytes could
+// serve it: the alternative is growing the cache (reclaim_pending).
+// Fences are queried when the cache misses, oldest first; a completed fence
+// returns its batch to the pools.  The bytes waiting are bounded: past deferred_bytes_limit()
 // a fence is recorded at the free itself, and the out-of-memory path waits
 // for every fence before it gives up.
 //
@@ -46,15 +48,26 @@ void CachingAllocator::defer(Block* block) {
   stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
 }
 
-// On a cache miss: blocks whose events or fences completed come back; a
-// fence is recorded when the deferred list is worth one.  Returns whether
-// any block became free.
-bool CachingAllocator::reclaim_pending() {
+// On a cache miss for `size` bytes: blocks whose events or fences completed
+// come back; a fence is recorded when the deferred list is worth one.
+// Returns whether any block became free.
+//
+// "Worth one": a full batch (fence_batch_min), or — when the fence has many
+// events (many non-blocking streams alive) — 20 frees holding at least
+// `size` bytes.  Without the second case such a program grows its cache
+// while gigabytes of freed memory wait behind no fence at all, and what
+// grows is kept for good; programs synchronize often (a loss read back
+// every step), so a fence recorded at the miss often completes at once and
+// serves the request.  The miss would otherwise grow the cache, a driver
+// call that costs as much as tens of event records.
+bool CachingAllocator::reclaim_pending(std::size_t size) {
   bool freed = false;
   if (pending_count_ != 0 || !unsynced_.empty()) freed = process_events();
+  const bool full_batch = deferred_count_ >= fence_batch_min();
+  const bool saves_growth = deferred_count_ >= kFreesPerFenceEvent && deferred_bytes_ >= size;
   // (A fence that could not be recorded synchronizes instead and frees the
   // batch at once: worth another look too.)
-  if (deferred_count_ >= fence_batch_min()) freed = issue_fence() || freed;
+  if (full_batch || saves_growth) freed = issue_fence() || freed;
   if (!fences_.empty()) freed = poll_fences() || freed;
   return freed;
 }

@@ -12,7 +12,8 @@
 //            non-blocking stream, recorded for a batch of frees when the
 //            cache misses (core/fence_path.cpp, CudaBackend::fence_record).
 //   auto   — stream while the context has seen only the legacy stream,
-//            else fence.
+//            else fence (device under compute-sanitizer, where fences
+//            recorded across threads hang inside the tool).
 //
 // The stream-destroy hook and a fence's records take one lock
 // (stream_set.h): a fence never records on a stream being destroyed.

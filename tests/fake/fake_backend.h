@@ -114,13 +114,18 @@ class FakeBackend final : public DeviceBackend {
     return kSuccess;
   }
   // A fence is the base class's event on stream 0, unless refused (as the
-  // shim's backend refuses one while a graph capture is in flight).
+  // shim's backend refuses one while a graph capture is in flight).  It
+  // reports `fence_events` events, as the shim's would with that many
+  // streams alive (one event on stream 0 stands for all of them here).
   void refuse_fences(bool on) { refuse_fences_ = on; }
   int fence_records = 0;
+  int fence_events = 1;
   Status fence_record(FenceId* out, int* events) override {
     if (refuse_fences_) return kNotReady;
     ++fence_records;
-    return DeviceBackend::fence_record(out, events);
+    const Status st = DeviceBackend::fence_record(out, events);
+    if (st == kSuccess) *events = fence_events;
+    return st;
   }
   Status synchronize_device() override {
     ++device_syncs;

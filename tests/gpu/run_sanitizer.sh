@@ -130,10 +130,17 @@ check memcheck driver_patterns
 check memcheck alloc_patterns_static sizes async threads fence fence_blocking graph meminfo
 # attributes_freed is skipped in sanitizer-safe mode (it queries freed memory on purpose).
 check memcheck fidelity_patterns_static range_memset reset
-[[ -x "$BUILD/examples/stress_patterns_static" ]] && check memcheck stress_patterns_static 5
+# Three runs: a hang inside the tool showed in 3 of 4 runs before the shim
+# stopped recording fences under it (shim/free_policy.cpp).
+if [[ -x "$BUILD/examples/stress_patterns_static" ]]; then
+  for secs in 3 4 5; do check memcheck stress_patterns_static "$secs"; done
+fi
 check racecheck alloc_patterns_static sizes async
 check synccheck alloc_patterns_static sizes async
-[[ -x "$BUILD/examples/stress_patterns_static" ]] && check racecheck stress_patterns_static 3
+# Not racecheck over stress_patterns: bare, it runs past 90 s for a 3 s run
+# and reports "Internal Sanitizer Error: Detected a failure to track a kernel
+# launch" (compute-sanitizer 2025.3.1, H100); its kernels use no shared
+# memory, which is what racecheck checks.
 
 printf '\ncompute-sanitizer (sanitizer-safe examples), findings per run:\n'
 printf '%-10s %-70s %6s %6s  %s\n' tool example bare shim verdict

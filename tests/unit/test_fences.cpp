@@ -77,6 +77,58 @@ TEST_CASE("below the batch minimum a miss grows instead of recording a fence") {
   f.free(b);
 }
 
+TEST_CASE("with many streams, 20 waiting frees that could serve a miss get a fence instead of growth") {
+  AllocFixture f;
+  f.backend.fence_events = 129;  // PyTorch's pool of non-blocking streams alive
+  // A first fence teaches the allocator what a fence costs: the full batch
+  // is then 160 frees.
+  f.free(f.malloc(2 * MiB));
+  const DevicePtr first = f.malloc(2 * MiB);
+  free_deferred(f, first);
+  f.alloc->empty_cache();  // records a fence for the waiting block
+  CHECK(f.backend.fence_records == 1);
+  f.backend.complete_all_events();
+  f.alloc->empty_cache();
+  REQUIRE(f.reserved() == 0);
+
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(f.malloc(2 * MiB));
+  const int segments = f.backend.alloc_calls;
+  SECTION("19 waiting frees: the miss grows, no fence") {
+    for (int i = 0; i < 19; ++i) free_deferred(f, blocks[static_cast<std::size_t>(i)]);
+    const DevicePtr p = f.malloc(2 * MiB);
+    CHECK(f.backend.fence_records == 1);
+    CHECK(f.backend.alloc_calls == segments + 1);
+    f.free(p);
+    for (int i = 19; i < 30; ++i) f.free(blocks[static_cast<std::size_t>(i)]);
+  }
+  SECTION("20 waiting frees: the miss records a fence; completed at once, it serves the request") {
+    f.backend.set_auto_complete(true);  // the device is idle (the program just synchronized)
+    for (int i = 0; i < 20; ++i) free_deferred(f, blocks[static_cast<std::size_t>(i)]);
+    const DevicePtr p = f.malloc(2 * MiB);
+    CHECK(f.backend.fence_records == 2);
+    CHECK(f.backend.alloc_calls == segments);  // no growth
+    CHECK(std::find(blocks.begin(), blocks.begin() + 20, p) != blocks.begin() + 20);
+    CHECK(f.stats().deferred_free_bytes.current == 0);
+    f.free(p);
+    for (int i = 20; i < 30; ++i) f.free(blocks[static_cast<std::size_t>(i)]);
+  }
+  SECTION("20 waiting frees too small for the request: no fence, growth") {
+    for (int i = 0; i < 20; ++i) {
+      const DevicePtr small = f.malloc(512);
+      free_deferred(f, small);
+    }
+    const DevicePtr big = f.malloc(64 * MiB);
+    CHECK(f.backend.fence_records == 1);
+    CHECK(f.backend.alloc_calls == segments + 2);  // a small segment for the 512 B blocks, then the big one
+    f.free(big);
+    for (DevicePtr q : blocks) f.free(q);
+  }
+  f.backend.complete_all_events();
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+}
+
 TEST_CASE("a steady malloc/free loop costs at most 0.1 driver calls per deferred free") {
   AllocFixture f;
   f.backend.set_auto_complete(true);  // an idle device: every fence is complete when queried
