@@ -182,7 +182,11 @@ void peer(std::vector<Buf>& bufs, bool access) {
     CK(cudaSetDevice(dst_device));
     CK(cudaMemcpyPeerAsync(dst.p, dst_device, src.p, src.device, src.bytes, g_stream[dst_device]));
     check_on(dst_device, dst);
-    if (access) check_on(dst_device, src);  // the other device's buffer, read in place
+    // The other device's buffer, read in place.  Not a cudaMallocAsync one:
+    // peer access covers cudaMalloc memory, while memory from a stream-ordered
+    // pool needs cudaMemPoolSetAccess (the bare run read such a buffer and
+    // died of an illegal address).
+    if (access && !src.async) check_on(dst_device, src);
     copies.push_back(dst);
   }
   collect_mismatches(access ? "peer copies and in-place peer reads" : "peer copies (no peer access)");

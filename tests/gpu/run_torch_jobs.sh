@@ -172,13 +172,15 @@ if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
   STEPS=${STEPS:-20}
   client="tests/gpu/clients/ddp_train.py"
   declare -A RC
-  for a in native preload pluggable; do
+  # native2 (DDP_NATIVE_TWICE=1): the native run again, to tell a difference
+  # cachalloc makes from NCCL's own run-to-run variation.
+  for a in native preload pluggable ${DDP_NATIVE_TWICE:+native2}; do
     banner "4. torchrun --nproc-per-node $N ddp_train.py --allocator=$a"
     dir="$OUTDIR/ddp-$a"
     rm -rf "$dir" && mkdir -p "$dir"
-    run=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$N" "$client" "--allocator=$a" --steps "$STEPS")
+    run=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$N" "$client" "--allocator=${a%2}" --steps "$STEPS")
     case $a in
-      native) timeout --kill-after=10 "$(left 150)" "${BARE[@]}" "${run[@]}" >"$dir/out.log" 2>&1 ;;
+      native|native2) timeout --kill-after=10 "$(left 150)" "${BARE[@]}" "${run[@]}" >"$dir/out.log" 2>&1 ;;
       preload) timeout --kill-after=10 "$(left 150)" "${PRELOAD[@]}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
                  CACHALLOC_CONF="stats:$dir/stats-%r.json" "${run[@]}" >"$dir/out.log" 2>&1 ;;
       pluggable) timeout --kill-after=10 "$(left 150)" "${BARE[@]}" env CACHALLOC_CONF="stats:$dir/stats-%r.json" \
@@ -186,8 +188,17 @@ if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
     esac
     RC[$a]=$?
     grep -E '^(TIME|PEAK|ddp_train)' "$dir/out.log" | sort
-    grep '^RESULT ' "$dir/out.log" | sort -t' ' -k3,3n -k5,5n >"$dir/results.txt"
+    # Each record matched on its own (not per line): ranks share stdout.
+    grep -aoE 'RESULT rank [0-9]+ (step [0-9]+ loss|checksum) [^ ]+ 0x[0-9a-f.]+p[+-][0-9]+' "$dir/out.log" |
+      sort -t' ' -k3,3n -k5,5n >"$dir/results.txt"
   done
+  if [[ -n ${DDP_NATIVE_TWICE:-} ]]; then
+    if cmp -s "$OUTDIR/ddp-native/results.txt" "$OUTDIR/ddp-native2/results.txt"; then
+      row "ddp native twice" PASS "two native runs print identical RESULT lines"
+    else
+      row "ddp native twice" FAIL "two native runs differ: $(diff "$OUTDIR/ddp-native/results.txt" "$OUTDIR/ddp-native2/results.txt" | grep -c '^<') lines"
+    fi
+  fi
   if grep -q 'ddp_train: SKIP' "$OUTDIR/ddp-native/out.log"; then
     row "ddp torchrun" SKIP "$(grep -m1 'ddp_train: SKIP' "$OUTDIR/ddp-native/out.log")"
   else
@@ -200,7 +211,7 @@ if (( GPUS > 0 )) && [[ -n "$SHIM" ]]; then
       (( n == N )) || dumps_ok=0
       echo "ddp $a: $n per-rank dumps: $(ls "$OUTDIR/ddp-$a" | grep '^stats-' | tr '\n' ' ')"
     done
-    passes=$(cat "$OUTDIR"/ddp-*/out.log | grep -c 'ddp_train: PASS')
+    passes=$(cat "$OUTDIR"/ddp-{native,preload,pluggable}/out.log | grep -c 'ddp_train: PASS')
     for a in native preload pluggable; do
       declare -A PEAKS=()
       if [[ $a != native ]]; then

@@ -130,10 +130,13 @@ def main():
         times.append(time.perf_counter() - t0)
         losses.append(value)
         del x, y, loss
+    # Every rank writes to the same stdout: one flushed write per line, so
+    # that lines of two ranks never run into each other (block-buffered
+    # output cut lines at buffer boundaries and the comparison saw garbage).
     for step, value in enumerate(losses):
-        print(f"RESULT rank {rank} step {step} loss {value!r} {value.hex()}")
+        print(f"RESULT rank {rank} step {step} loss {value!r} {value.hex()}", flush=True)
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
-    print(f"RESULT rank {rank} checksum {checksum!r} {checksum.hex()}")
+    print(f"RESULT rank {rank} checksum {checksum!r} {checksum.hex()}", flush=True)
     warm = times[min(args.warmup, len(times) - 1):]
     print(f"TIME rank {rank} allocator {args.allocator} median_step_ms {1000 * statistics.median(warm):.3f} "
           f"mean_step_ms {1000 * statistics.mean(warm):.3f}")
