@@ -16,7 +16,9 @@
 // (free_index.h) and a split, a free a hash-table erase (live_map.h) and a
 // merge, under an uncontended futex lock (fast_mutex.h), with no heap
 // allocation and no driver call; pending events and fences are looked at
-// only when the cache misses.
+// only when the cache misses.  A loop that frees and reallocates one size
+// skips even the split and the merge: the freed block is held unmerged
+// until the next request takes it again (reuse_path.cpp).
 //
 // Thread safety: every public method takes the allocator's mutex.
 #pragma once
@@ -156,7 +158,8 @@ class CachingAllocator {
   DeviceStats stats() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
-  std::vector<SegmentInfo> snapshot() const;
+  // Every segment and block (settles the held block first: reuse_path.cpp).
+  std::vector<SegmentInfo> snapshot();
   const Config& config() const { return config_; }
   int device() const { return device_; }
 
@@ -185,11 +188,26 @@ class CachingAllocator {
   Block* new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Block* add_segment(Segment* segment);
   Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
-  Block* carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested);
-  bool should_split(const Block* block, std::size_t size, const BlockPool& pool) const;
+  Block* carve(Block* block, BlockPool& pool, std::size_t size);
+  void count_split(bool small, bool already_split, std::size_t size, std::size_t rest);
+  void activate(Block* block, bool small, std::size_t requested);
+  bool should_split(std::size_t block_size, std::size_t size, const BlockPool& pool) const;
+
+  // The block held unmerged after its free (reuse_path.cpp).
+  bool holdable(const Block* block) const;
+  void hold(Block* block);
+  Block* reuse_held(BlockPool& pool, std::size_t size, StreamId stream);
+  bool held_is_best_fit(std::size_t size) const;
+  // Every other operation that looks at free blocks calls this first.
+  void settle_held() {
+    if (held_ != nullptr) [[unlikely]] merge_held();
+  }
+  void merge_held();
+  void check_held(const Block* b) const;  // validate.cpp
 
   // Returning blocks (free_path.cpp).
   void deactivate(Block* block);
+  void deactivate_or_hold(Block* block);
   void return_to_pool(Block* block);
   std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
   void park_until(Block* block, std::span<const StreamId> streams);
@@ -265,6 +283,18 @@ class CachingAllocator {
   BlockPool small_pool_{true};
   BlockPool large_pool_{false};
   LiveMap live_;                                 // allocated blocks by address
+  // The last freed block, left unmerged with its free successor because the
+  // next request is likely to carve exactly it out again (reuse_path.cpp).
+  // Invariants (checked by validate()), while not null:
+  //  * it is free (Block::is_free()) but in no bin (in_pool clear), in a
+  //    plain (not expandable) segment that holds no retained block;
+  //  * its successor (next) is free and in its bin; its predecessor is null
+  //    or not free;
+  //  * every statistic already counts it merged with that successor: for
+  //    everything but reuse_held() the two are one free block, so every
+  //    other operation that looks at free blocks settles it first
+  //    (settle_held(): the merge its free skipped).
+  Block* held_ = nullptr;
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   // Per stream, in record order.  Entries are kept when their queue empties
