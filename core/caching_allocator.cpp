@@ -130,7 +130,7 @@ std::size_t CachingAllocator::releasable_bytes() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  return stats_.get();
 }
 
 void CachingAllocator::reset_peak_stats() {

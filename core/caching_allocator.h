@@ -40,6 +40,7 @@
 #include "config.h"
 #include "fast_mutex.h"
 #include "observer.h"
+#include "allocator_stats.h"
 #include "stats.h"
 
 namespace cachalloc {
@@ -320,7 +321,7 @@ class CachingAllocator {
   // a device synchronization succeeds.
   std::vector<Block*> unsynced_;
   std::vector<EventId> spare_events_;
-  DeviceStats stats_;
+  AllocatorStats stats_;  // read as DeviceStats through stats_.get()
   AllocatorObserver* observer_ = nullptr;
   std::uint64_t next_id_ = 0;   // allocation serials (Block::id)
   std::vector<int> peers_;      // devices granted access to expandable pages

@@ -175,25 +175,28 @@ void CachingAllocator::validate() const {
   check(queued + unsynced_.size() + listed + fenced == rc.pending_events,
         "pending event queues disagree with block counts", 0);
 
-  check_current(stats_.allocation, rc.s.allocation, "allocation");
-  check_current(stats_.segment, rc.s.segment, "segment");
-  check_current(stats_.active, rc.s.active, "active");
-  check_current(stats_.inactive_split, rc.s.inactive_split, "inactive_split");
-  check_current(stats_.allocated_bytes, rc.s.allocated_bytes, "allocated_bytes");
-  check_current(stats_.reserved_bytes, rc.s.reserved_bytes, "reserved_bytes");
-  check_current(stats_.active_bytes, rc.s.active_bytes, "active_bytes");
-  check_current(stats_.inactive_split_bytes, rc.s.inactive_split_bytes, "inactive_split_bytes");
-  check_current(stats_.requested_bytes, rc.s.requested_bytes, "requested_bytes");
-  check(stats_.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
-  check(stats_.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
+  // The stored counters as callers read them (allocator_stats.h derives the
+  // aggregate and the freed counts): the recount must match what is read.
+  const DeviceStats got = stats_.get();
+  check_current(got.allocation, rc.s.allocation, "allocation");
+  check_current(got.segment, rc.s.segment, "segment");
+  check_current(got.active, rc.s.active, "active");
+  check_current(got.inactive_split, rc.s.inactive_split, "inactive_split");
+  check_current(got.allocated_bytes, rc.s.allocated_bytes, "allocated_bytes");
+  check_current(got.reserved_bytes, rc.s.reserved_bytes, "reserved_bytes");
+  check_current(got.active_bytes, rc.s.active_bytes, "active_bytes");
+  check_current(got.inactive_split_bytes, rc.s.inactive_split_bytes, "inactive_split_bytes");
+  check_current(got.requested_bytes, rc.s.requested_bytes, "requested_bytes");
+  check(got.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
+  check(got.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
   std::size_t deferred_bytes = 0;
   for (const Block* b = deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
   for (const FenceBatch& f : fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
-  check(stats_.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
+  check(got.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
         "deferred_free_bytes disagrees with the deferred blocks", 0);
-  for (const StatArray* arr : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
-                               &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
+  for (const StatArray* arr : {&got.allocation, &got.segment, &got.active, &got.allocated_bytes,
+                               &got.reserved_bytes, &got.active_bytes, &got.requested_bytes})
     for (const Stat& st : arr->a) {
       check(st.peak >= st.current && st.current >= 0, "peak below current, or negative current", 0);
       if (!accumulated_reset_)
