@@ -14,6 +14,22 @@
 
 namespace cachalloc {
 
+// A carved block becomes live: the live map, its serial, the statistics.
+// (inline: malloc_locked is its only caller, on every malloc.)
+inline void CachingAllocator::activate(Block* block, bool small, std::size_t requested) {
+  block->allocated = true;
+  block->requested = requested;
+  block->id = ++next_id_;
+  live_.insert(block->ptr, block);
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  stats_.allocation.increase(small, 1);
+  stats_.allocated_bytes.increase(small, bytes);
+  stats_.active.increase(small, 1);
+  stats_.active_bytes.increase(small, bytes);
+  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(requested));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+}
+
 Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
   if (size > kMaxRequestSize) [[unlikely]] {  // rounding it could only overflow
@@ -122,14 +138,6 @@ Block* CachingAllocator::add_segment(Segment* segment) {
   return block;
 }
 
-// Whether a free block of `block_size` bytes serving `size` leaves a tail
-// worth keeping as a block of its own.
-bool CachingAllocator::should_split(std::size_t block_size, std::size_t size, const BlockPool& pool) const {
-  const std::size_t remaining = block_size - size;
-  if (pool.small) return remaining >= kMinBlockSize;
-  return size < config_.max_split_size && remaining > kSmallSize;
-}
-
 // Cuts a free block (already out of its pool) down to `size`, returning
 // the tail to the pool when it is worth keeping; activate() then hands it out.
 Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size) {
@@ -155,33 +163,4 @@ Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size) 
   }
   return block;
 }
-
-// The statistics of splitting `size` bytes off a free block, leaving a free
-// tail of `rest` bytes.
-void CachingAllocator::count_split(bool small, bool already_split, std::size_t size, std::size_t rest) {
-  if (already_split) {
-    // An inactive split block shrank by `size` bytes.
-    stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(size));
-  } else {
-    // A whole segment became split: its tail is a new inactive split block.
-    stats_.inactive_split.increase(small, 1);
-    stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(rest));
-  }
-}
-
-// A carved block becomes live: the live map, its serial, the statistics.
-void CachingAllocator::activate(Block* block, bool small, std::size_t requested) {
-  block->allocated = true;
-  block->requested = requested;
-  block->id = ++next_id_;
-  live_.insert(block->ptr, block);
-  const auto bytes = static_cast<std::int64_t>(block->size);
-  stats_.allocation.increase(small, 1);
-  stats_.allocated_bytes.increase(small, bytes);
-  stats_.active.increase(small, 1);
-  stats_.active_bytes.increase(small, bytes);
-  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(requested));
-  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
-}
-
 }  // namespace cachalloc

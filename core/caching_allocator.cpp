@@ -177,8 +177,7 @@ bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   return ptr < it->second->base + it->second->size;
 }
 
-void CachingAllocator::notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
-  if (observer_ == nullptr || !observer_->wants_events()) [[likely]] return;
+void CachingAllocator::send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
   const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current,
                          stats_.reserved_bytes[StatType::aggregate].current};
   observer_->on_event(device_, event);

@@ -40,6 +40,7 @@
 #include "config.h"
 #include "fast_mutex.h"
 #include "observer.h"
+#include "size_policy.h"
 #include "allocator_stats.h"
 #include "stats.h"
 
@@ -190,11 +191,29 @@ class CachingAllocator {
   Block* add_segment(Segment* segment);
   Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
   Block* carve(Block* block, BlockPool& pool, std::size_t size);
-  void count_split(bool small, bool already_split, std::size_t size, std::size_t rest);
+  // The statistics of splitting `size` bytes off a free block, leaving a
+  // free tail of `rest` bytes.
+  void count_split(bool small, bool already_split, std::size_t size, std::size_t rest) {
+    if (already_split) {
+      // An inactive split block shrank by `size` bytes.
+      stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(size));
+    } else {
+      // A whole segment became split: its tail is a new inactive split block.
+      stats_.inactive_split.increase(small, 1);
+      stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(rest));
+    }
+  }
   void activate(Block* block, bool small, std::size_t requested);
-  bool should_split(std::size_t block_size, std::size_t size, const BlockPool& pool) const;
+  // Whether a free block of `block_size` bytes serving `size` leaves a tail
+  // worth keeping as a block of its own.
+  bool should_split(std::size_t block_size, std::size_t size, const BlockPool& pool) const {
+    const std::size_t remaining = block_size - size;
+    if (pool.small) return remaining >= kMinBlockSize;
+    return size < config_.max_split_size && remaining > kSmallSize;
+  }
 
   // The block held unmerged after its free (reuse_path.cpp).
+  void deactivate_or_hold(Block* block);
   bool holdable(const Block* block) const;
   void hold(Block* block);
   Block* reuse_held(BlockPool& pool, std::size_t size, StreamId stream);
@@ -208,7 +227,6 @@ class CachingAllocator {
 
   // Returning blocks (free_path.cpp).
   void deactivate(Block* block);
-  void deactivate_or_hold(Block* block);
   void return_to_pool(Block* block);
   std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
   void park_until(Block* block, std::span<const StreamId> streams);
@@ -266,7 +284,12 @@ class CachingAllocator {
   EventId acquire_event(Status* err);
   void recycle_event(EventId event);
 
-  void notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
+  // Sends an event when the observer records them (inline: twice per
+  // malloc+free pair, almost always nobody listens).
+  void notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
+    if (observer_ != nullptr && observer_->wants_events()) [[unlikely]] send_event(kind, ptr, size, stream);
+  }
+  void send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
 
   DeviceBackend* backend_;
   const Config config_;

@@ -143,20 +143,6 @@ void CachingAllocator::deactivate(Block* block) {
   return_to_pool(block);
 }
 
-// deactivate() for a block freed on its own stream with nothing to wait
-// for: it may be held unmerged for the next request of its size instead
-// of going back to its pool (reuse_path.cpp).
-void CachingAllocator::deactivate_or_hold(Block* block) {
-  const bool small = block->segment->small;
-  stats_.active.decrease(small, 1);
-  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
-  if (holdable(block)) [[likely]] {
-    hold(block);
-    return;
-  }
-  return_to_pool(block);
-}
-
 void CachingAllocator::return_to_pool(Block* block) {
   settle_held();  // a held neighbour merges as the pool would have it
   BlockPool& pool = pool_for(block->segment->small);

@@ -30,12 +30,26 @@ namespace cachalloc {
 
 // Whether `block` (just freed, out of the active count) may be held: it
 // would merge with its successor only.
-bool CachingAllocator::holdable(const Block* block) const {
+inline bool CachingAllocator::holdable(const Block* block) const {
   const Segment* seg = block->segment;
   if (seg->expandable || seg->retained != 0) return false;
   const Block* next = block->next;
   if (next == nullptr || !next->is_free()) return false;
   return block->prev == nullptr || !block->prev->is_free();
+}
+
+// deactivate() (free_path.cpp) for a block freed on its own stream with
+// nothing to wait for: it may be held unmerged for the next request of its
+// size instead of going back to its pool.
+void CachingAllocator::deactivate_or_hold(Block* block) {
+  const bool small = block->segment->small;
+  stats_.active.decrease(small, 1);
+  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
+  if (holdable(block)) [[likely]] {
+    hold(block);
+    return;
+  }
+  return_to_pool(block);
 }
 
 // Holds `block` instead of merging it with its free successor; the
