@@ -7,46 +7,21 @@
 
 namespace cachalloc::shim {
 
-FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
-  switch (policy) {
-    case FreeSync::stream:
-      return FreeRule::stream;
-    case FreeSync::device:
-      return FreeRule::device;
-    case FreeSync::fence:
-      return FreeRule::fence;
-    case FreeSync::automatic:
-      break;
-  }
-  return ctx.multi_stream() ? FreeRule::fence : FreeRule::stream;
-}
-
-Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
+Status free_after_device_sync(ContextState& ctx, DevicePtr ptr) {
   CachingAllocator& a = ctx.allocator();
   // A device synchronization would break a capture: the block stays
   // allocated until it ends.  (A fenced free needs nothing: its fence is
   // refused while a capture is in flight, CudaBackend::fence_record.)
-  if (rule == FreeRule::device && capture_in_flight()) [[unlikely]] {
+  if (capture_in_flight()) [[unlikely]] {
     if (!a.is_live(ptr)) return a.free(ptr);  // kNotOwned or kInvalidValue, nothing changes
     return ctx.defer_free(ptr) ? kSuccess : kInvalidValue;
   }
-  switch (rule) {
-    case FreeRule::stream:
-      return a.free(ptr);
-    case FreeRule::fence:
-      // Batched behind a fence on every stream (core/fence_path.cpp,
-      // CudaBackend::fence_record): no driver call here.
-      return a.free_deferred(ptr);
-    case FreeRule::device: {
-      // Only synchronize for pointers we own: a foreign pointer goes to the
-      // real cuMemFree, which synchronizes by itself.
-      if (!a.is_live(ptr)) return a.free(ptr);
-      Status s = static_cast<Status>(real_driver()->cuCtxSynchronize());
-      if (s != kSuccess) return s;
-      return a.free(ptr);
-    }
-  }
-  return kInvalidValue;
+  // Only synchronize for pointers we own: a foreign pointer goes to the
+  // real cuMemFree, which synchronizes by itself.
+  if (!a.is_live(ptr)) return a.free(ptr);
+  Status s = static_cast<Status>(real_driver()->cuCtxSynchronize());
+  if (s != kSuccess) return s;
+  return a.free(ptr);
 }
 
 void settle_deferred_frees(ContextState& ctx) {
