@@ -5,6 +5,8 @@
 //                  (looked at only now, on a miss) -> (garbage collection) -> new segment -> release one cached
 //                  segment, retry -> release all, retry.
 //   carve:         split off the tail when it is worth keeping, update stats.
+//   (before all of it: the block the last free held unmerged, when the request
+//   would carve exactly that block again; reuse_path.cpp)
 #include <limits>
 
 #include "caching_allocator.h"
@@ -12,9 +14,26 @@
 
 namespace cachalloc {
 
+// A carved block becomes live: the live map, its serial, the statistics.
+// (inline: malloc_locked is its only caller, on every malloc.)
+inline void CachingAllocator::activate(Block* block, bool small, std::size_t requested) {
+  block->allocated = true;
+  block->requested = requested;
+  block->id = ++next_id_;
+  live_.insert(block->ptr, block);
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  stats_.allocation.increase(small, 1);
+  stats_.allocated_bytes.increase(small, bytes);
+  stats_.active.increase(small, 1);
+  stats_.active_bytes.increase(small, bytes);
+  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(requested));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+}
+
 Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
   if (size > kMaxRequestSize) [[unlikely]] {  // rounding it could only overflow
+    settle_held();  // the report lists free blocks as merged
     report_oom(size, size, stream);
     return kOutOfMemory;
   }
@@ -25,13 +44,18 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
-  Status err = kSuccess;
-  Block* block = obtain_block(pool, rounded, stream, &err);
-  if (block == nullptr) {
-    if (err == kOutOfMemory) report_oom(size, rounded, stream);
-    return err;
+  Block* block = held_ != nullptr ? reuse_held(pool, rounded, stream) : nullptr;
+  if (block == nullptr) [[unlikely]] {
+    settle_held();
+    Status err = kSuccess;
+    block = obtain_block(pool, rounded, stream, &err);
+    if (block == nullptr) {
+      if (err == kOutOfMemory) report_oom(size, rounded, stream);
+      return err;
+    }
+    block = carve(block, pool, rounded);
   }
-  block = carve(block, pool, rounded, size);
+  activate(block, pool.small, size);
   *out = block->ptr;
   notify(TraceKind::alloc, block->ptr, block->size, stream);
   return kSuccess;
@@ -114,18 +138,12 @@ Block* CachingAllocator::add_segment(Segment* segment) {
   return block;
 }
 
-bool CachingAllocator::should_split(const Block* block, std::size_t size, const BlockPool& pool) const {
-  const std::size_t remaining = block->size - size;
-  if (pool.small) return remaining >= kMinBlockSize;
-  return size < config_.max_split_size && remaining > kSmallSize;
-}
-
-// Turns a free block (already out of its pool) into a live block of `size`,
-// returning the tail to the pool when it is worth keeping.
-Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested) {
+// Cuts a free block (already out of its pool) down to `size`, returning
+// the tail to the pool when it is worth keeping; activate() then hands it out.
+Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size) {
   const bool small = pool.small;
   const bool already_split = block->is_split();
-  if (should_split(block, size, pool)) {
+  if (should_split(block->size, size, pool)) {
     Block* rest = make_block();
     rest->ptr = block->ptr + size;
     rest->size = block->size - size;
@@ -138,31 +156,11 @@ Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size, 
     block->size = size;
     rest->gc_stamp = pool.lookups;
     pool.blocks.insert(rest);
-    if (already_split) {
-      // An inactive split block shrank by `size` bytes.
-      stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(size));
-    } else {
-      // A whole segment became split: its tail is a new inactive split block.
-      stats_.inactive_split.increase(small, 1);
-      stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(rest->size));
-    }
+    count_split(small, already_split, size, rest->size);
   } else if (already_split) {
     stats_.inactive_split.decrease(small, 1);
     stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(block->size));
   }
-
-  block->allocated = true;
-  block->requested = requested;
-  block->id = ++next_id_;
-  live_.insert(block->ptr, block);
-  const auto bytes = static_cast<std::int64_t>(block->size);
-  stats_.allocation.increase(small, 1);
-  stats_.allocated_bytes.increase(small, bytes);
-  stats_.active.increase(small, 1);
-  stats_.active_bytes.increase(small, bytes);
-  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(requested));
-  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   return block;
 }
-
 }  // namespace cachalloc

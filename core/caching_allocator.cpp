@@ -25,6 +25,7 @@ CachingAllocator::~CachingAllocator() {
   // Live blocks belong to the program; only what is cached goes back.  The
   // shim never destroys allocators at process exit (the driver may be gone).
   std::lock_guard lock(mutex_);
+  settle_held();
   synchronize_events();
   release_all_cached();
   for (EventId e : spare_events_) backend_->event_destroy(e);
@@ -104,6 +105,7 @@ bool CachingAllocator::is_live(DevicePtr ptr) const {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  settle_held();  // the held block's segment may be whole once merged
   synchronize_events();
   release_all_cached();
   notify(TraceKind::empty_cache, 0, 0, 0);
@@ -128,7 +130,7 @@ std::size_t CachingAllocator::releasable_bytes() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  return stats_.get();
 }
 
 void CachingAllocator::reset_peak_stats() {
@@ -147,8 +149,9 @@ void CachingAllocator::set_observer(AllocatorObserver* observer) {
   observer_ = observer;
 }
 
-std::vector<SegmentInfo> CachingAllocator::snapshot() const {
+std::vector<SegmentInfo> CachingAllocator::snapshot() {
   std::lock_guard lock(mutex_);
+  settle_held();  // a snapshot shows free blocks merged, as the statistics count them
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());
   for (const auto& [base, seg] : segments_) {
@@ -174,8 +177,7 @@ bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   return ptr < it->second->base + it->second->size;
 }
 
-void CachingAllocator::notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
-  if (observer_ == nullptr || !observer_->wants_events()) [[likely]] return;
+void CachingAllocator::send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
   const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current,
                          stats_.reserved_bytes[StatType::aggregate].current};
   observer_->on_event(device_, event);

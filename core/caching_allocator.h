@@ -16,7 +16,9 @@
 // (free_index.h) and a split, a free a hash-table erase (live_map.h) and a
 // merge, under an uncontended futex lock (fast_mutex.h), with no heap
 // allocation and no driver call; pending events and fences are looked at
-// only when the cache misses.
+// only when the cache misses.  A loop that frees and reallocates one size
+// skips even the split and the merge: the freed block is held unmerged
+// until the next request takes it again (reuse_path.cpp).
 //
 // Thread safety: every public method takes the allocator's mutex.
 #pragma once
@@ -38,6 +40,8 @@
 #include "config.h"
 #include "fast_mutex.h"
 #include "observer.h"
+#include "size_policy.h"
+#include "allocator_stats.h"
 #include "stats.h"
 
 namespace cachalloc {
@@ -156,7 +160,8 @@ class CachingAllocator {
   DeviceStats stats() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
-  std::vector<SegmentInfo> snapshot() const;
+  // Every segment and block (settles the held block first: reuse_path.cpp).
+  std::vector<SegmentInfo> snapshot();
   const Config& config() const { return config_; }
   int device() const { return device_; }
 
@@ -185,8 +190,40 @@ class CachingAllocator {
   Block* new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Block* add_segment(Segment* segment);
   Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
-  Block* carve(Block* block, BlockPool& pool, std::size_t size, std::size_t requested);
-  bool should_split(const Block* block, std::size_t size, const BlockPool& pool) const;
+  Block* carve(Block* block, BlockPool& pool, std::size_t size);
+  // The statistics of splitting `size` bytes off a free block, leaving a
+  // free tail of `rest` bytes.
+  void count_split(bool small, bool already_split, std::size_t size, std::size_t rest) {
+    if (already_split) {
+      // An inactive split block shrank by `size` bytes.
+      stats_.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(size));
+    } else {
+      // A whole segment became split: its tail is a new inactive split block.
+      stats_.inactive_split.increase(small, 1);
+      stats_.inactive_split_bytes.increase(small, static_cast<std::int64_t>(rest));
+    }
+  }
+  void activate(Block* block, bool small, std::size_t requested);
+  // Whether a free block of `block_size` bytes serving `size` leaves a tail
+  // worth keeping as a block of its own.
+  bool should_split(std::size_t block_size, std::size_t size, const BlockPool& pool) const {
+    const std::size_t remaining = block_size - size;
+    if (pool.small) return remaining >= kMinBlockSize;
+    return size < config_.max_split_size && remaining > kSmallSize;
+  }
+
+  // The block held unmerged after its free (reuse_path.cpp).
+  void deactivate_or_hold(Block* block);
+  bool holdable(const Block* block) const;
+  void hold(Block* block);
+  Block* reuse_held(BlockPool& pool, std::size_t size, StreamId stream);
+  bool held_is_best_fit(std::size_t size) const;
+  // Every other operation that looks at free blocks calls this first.
+  void settle_held() {
+    if (held_ != nullptr) [[unlikely]] merge_held();
+  }
+  void merge_held();
+  void check_held(const Block* b) const;  // validate.cpp
 
   // Returning blocks (free_path.cpp).
   void deactivate(Block* block);
@@ -248,7 +285,12 @@ class CachingAllocator {
   EventId acquire_event(Status* err);
   void recycle_event(EventId event);
 
-  void notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
+  // Sends an event when the observer records them (inline: twice per
+  // malloc+free pair, almost always nobody listens).
+  void notify(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
+    if (observer_ != nullptr && observer_->wants_events()) [[unlikely]] send_event(kind, ptr, size, stream);
+  }
+  void send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
 
   DeviceBackend* backend_;
   const Config config_;
@@ -266,6 +308,18 @@ class CachingAllocator {
   BlockPool small_pool_{true};
   BlockPool large_pool_{false};
   LiveMap live_;                                 // allocated blocks by address
+  // The last freed block, left unmerged with its free successor because the
+  // next request is likely to carve exactly it out again (reuse_path.cpp).
+  // Invariants (checked by validate()), while not null:
+  //  * it is free (Block::is_free()) but in no bin (in_pool clear), in a
+  //    plain (not expandable) segment that holds no retained block;
+  //  * its successor (next) is free and in its bin; its predecessor is null
+  //    or not free;
+  //  * every statistic already counts it merged with that successor: for
+  //    everything but reuse_held() the two are one free block, so every
+  //    other operation that looks at free blocks settles it first
+  //    (settle_held(): the merge its free skipped).
+  Block* held_ = nullptr;
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   // Per stream, in record order.  Entries are kept when their queue empties
@@ -291,7 +345,7 @@ class CachingAllocator {
   // a device synchronization succeeds.
   std::vector<Block*> unsynced_;
   std::vector<EventId> spare_events_;
-  DeviceStats stats_;
+  AllocatorStats stats_;  // read as DeviceStats through stats_.get()
   AllocatorObserver* observer_ = nullptr;
   std::uint64_t next_id_ = 0;   // allocation serials (Block::id)
   std::vector<int> peers_;      // devices granted access to expandable pages

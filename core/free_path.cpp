@@ -18,6 +18,7 @@ namespace cachalloc {
 Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
   *st = kSuccess;
   if (ptr == 0) return nullptr;
+  settle_held();  // at most one block is held: the last one freed
   Block* block = find_live(ptr);
   if (block == nullptr) [[unlikely]] {
     *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
@@ -45,7 +46,7 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
   if (block == nullptr) return st;
   // The common case: freed on its own stream, used on no other.
   if (block->stream_uses.empty() && fence_streams.empty()) [[likely]] {
-    deactivate(block);
+    deactivate_or_hold(block);
     return kSuccess;
   }
 
@@ -105,6 +106,7 @@ bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
 
 Status CachingAllocator::retire_stream(StreamId stream) {
   std::lock_guard lock(mutex_);
+  settle_held();  // its blocks wait too, merged as the bins would hold them
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     for (Block* b : pool->blocks.on_stream(stream)) {
       if (!record_pending_event(b, stream)) {
@@ -142,6 +144,7 @@ void CachingAllocator::deactivate(Block* block) {
 }
 
 void CachingAllocator::return_to_pool(Block* block) {
+  settle_held();  // a held neighbour merges as the pool would have it
   BlockPool& pool = pool_for(block->segment->small);
   const bool small = pool.small;
   std::int64_t inactive_blocks_delta = 0;

@@ -37,7 +37,7 @@ int power2_interval(std::size_t size) {
   return index < kPower2Intervals ? index : kPower2Intervals - 1;
 }
 
-std::size_t round_size(std::size_t size, const Config& config) {
+std::size_t round_size_general(std::size_t size, const Config& config) {
   if (size < kMinBlockSize) return kMinBlockSize;
   if (size > kMaxRequestSize) return kSizeMax;
   const std::size_t divisions = config.roundup_power2_divisions[power2_interval(size)];

@@ -29,7 +29,16 @@ inline constexpr std::size_t kMaxRequestSize = std::size_t{1} << 62;
 
 // Block size for a request of `size` bytes under `config`.  Sizes above
 // kMaxRequestSize give SIZE_MAX (never a wrapped, small size).
-std::size_t round_size(std::size_t size, const Config& config);
+std::size_t round_size_general(std::size_t size, const Config& config);
+
+// round_size_general, with the common case inline (it is on every malloc):
+// a small request (below 2 MiB, power2_interval 0) without power-of-two
+// divisions for its interval is a multiple of 512.
+inline std::size_t round_size(std::size_t size, const Config& config) {
+  if (size - 1 < kSmallSize && config.roundup_power2_divisions[0] <= 1) [[likely]]
+    return (size + kMinBlockSize - 1) & ~(kMinBlockSize - 1);
+  return round_size_general(size, config);
+}
 
 // Segment size to ask the device for when no cached block fits `rounded`;
 // SIZE_MAX (never a wrapped, small size) when rounding up would overflow.

@@ -41,10 +41,21 @@ void check_current(const StatArray& got, const StatArray& want, const char* name
 
 }  // namespace
 
+// The held block's invariants (caching_allocator.h, held_).
+void CachingAllocator::check_held(const Block* b) const {
+  check(b->is_free() && !b->in_pool && !b->deferred && !b->exported, "held block busy, pooled or deferred", b->ptr);
+  check(!b->segment->expandable && b->segment->retained == 0, "held block in an expandable or exporting segment",
+        b->ptr);
+  check(b->next != nullptr && b->next->is_free() && b->next->in_pool, "held block's successor not free in its bin",
+        b->ptr);
+  check(b->prev == nullptr || !b->prev->is_free(), "held block's predecessor free", b->ptr);
+}
+
 void CachingAllocator::validate() const {
   std::lock_guard lock(mutex_);
   Recount rc;
   std::size_t free_in_pools = 0;
+  bool held_seen = false;
   DevicePtr last_end = 0;
   for (const auto& [base, seg] : segments_) {
     check(base == seg->base, "segment map key differs from its base", base);
@@ -57,7 +68,9 @@ void CachingAllocator::validate() const {
     rc.s.reserved_bytes.increase(small, static_cast<std::int64_t>(mapped_bytes(seg)));
     if (!seg->expandable && seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
     DevicePtr expect = seg->base;
-    const bool split = seg->head->next != nullptr;
+    // The held block and its successor count as one block (reuse_path.cpp).
+    const bool holds = held_ != nullptr && held_->segment == seg;
+    const bool split = holds ? seg->head->next->next != nullptr : seg->head->next != nullptr;
     int retained = 0;
     bool busy = false;  // an allocated or pending block
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
@@ -67,7 +80,7 @@ void CachingAllocator::validate() const {
       check(b->stream == seg->stream, "block stream differs from its segment's", b->ptr);
       if (b->next != nullptr) check(b->next->prev == b, "neighbours not linked both ways", b->ptr);
       if (b->next != nullptr) {
-        check(!(b->is_free() && b->next->is_free()), "two free neighbours left unmerged", b->ptr);
+        check(!(b->is_free() && b->next->is_free()) || b == held_, "two free neighbours left unmerged", b->ptr);
         check(b->mapped || b->next->mapped, "two unmapped neighbours left unmerged", b->ptr);
       }
       if (!b->mapped) {
@@ -93,7 +106,11 @@ void CachingAllocator::validate() const {
       check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
       const BlockPool& pool = small ? small_pool_ : large_pool_;
       const bool pooled = b->in_pool;
-      check(pooled == b->is_free(), "free block missing from its pool, or busy block in it", b->ptr);
+      if (b == held_) {
+        check_held(b);
+        held_seen = true;
+      }
+      else check(pooled == b->is_free(), "free block missing from its pool, or busy block in it", b->ptr);
       check(seg->bins == pool.blocks.bins_of(seg->stream), "segment indexed in another stream's or pool's bins",
             b->ptr);
       if (pooled) {
@@ -117,7 +134,8 @@ void CachingAllocator::validate() const {
         rc.s.active.increase(small, 1);
         rc.s.active_bytes.increase(small, bytes);
       } else if (split) {
-        rc.s.inactive_split.increase(small, 1);
+        // (The held block's bytes belong to the block its successor ends.)
+        if (b != held_) rc.s.inactive_split.increase(small, 1);
         rc.s.inactive_split_bytes.increase(small, bytes);
       }
       rc.pending_events += static_cast<std::size_t>(b->pending_events);
@@ -128,6 +146,7 @@ void CachingAllocator::validate() const {
     check(retained == 0 || busy || seg->expandable, "segment of only free and retained blocks was not released",
           base);
   }
+  check(held_ == nullptr || held_seen, "held block in no segment", 0);
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);
   check(live_.size() == static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current),
@@ -156,25 +175,28 @@ void CachingAllocator::validate() const {
   check(queued + unsynced_.size() + listed + fenced == rc.pending_events,
         "pending event queues disagree with block counts", 0);
 
-  check_current(stats_.allocation, rc.s.allocation, "allocation");
-  check_current(stats_.segment, rc.s.segment, "segment");
-  check_current(stats_.active, rc.s.active, "active");
-  check_current(stats_.inactive_split, rc.s.inactive_split, "inactive_split");
-  check_current(stats_.allocated_bytes, rc.s.allocated_bytes, "allocated_bytes");
-  check_current(stats_.reserved_bytes, rc.s.reserved_bytes, "reserved_bytes");
-  check_current(stats_.active_bytes, rc.s.active_bytes, "active_bytes");
-  check_current(stats_.inactive_split_bytes, rc.s.inactive_split_bytes, "inactive_split_bytes");
-  check_current(stats_.requested_bytes, rc.s.requested_bytes, "requested_bytes");
-  check(stats_.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
-  check(stats_.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
+  // The stored counters as callers read them (allocator_stats.h derives the
+  // aggregate and the freed counts): the recount must match what is read.
+  const DeviceStats got = stats_.get();
+  check_current(got.allocation, rc.s.allocation, "allocation");
+  check_current(got.segment, rc.s.segment, "segment");
+  check_current(got.active, rc.s.active, "active");
+  check_current(got.inactive_split, rc.s.inactive_split, "inactive_split");
+  check_current(got.allocated_bytes, rc.s.allocated_bytes, "allocated_bytes");
+  check_current(got.reserved_bytes, rc.s.reserved_bytes, "reserved_bytes");
+  check_current(got.active_bytes, rc.s.active_bytes, "active_bytes");
+  check_current(got.inactive_split_bytes, rc.s.inactive_split_bytes, "inactive_split_bytes");
+  check_current(got.requested_bytes, rc.s.requested_bytes, "requested_bytes");
+  check(got.oversize_allocations.current == rc.s.oversize_allocations.current, "oversize_allocations recount", 0);
+  check(got.oversize_segments.current == rc.s.oversize_segments.current, "oversize_segments recount", 0);
   std::size_t deferred_bytes = 0;
   for (const Block* b = deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
   for (const FenceBatch& f : fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
-  check(stats_.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
+  check(got.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
         "deferred_free_bytes disagrees with the deferred blocks", 0);
-  for (const StatArray* arr : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
-                               &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
+  for (const StatArray* arr : {&got.allocation, &got.segment, &got.active, &got.allocated_bytes,
+                               &got.reserved_bytes, &got.active_bytes, &got.requested_bytes})
     for (const Stat& st : arr->a) {
       check(st.peak >= st.current && st.current >= 0, "peak below current, or negative current", 0);
       if (!accumulated_reset_)

@@ -33,13 +33,6 @@ Registry& registry() {
   return *r;
 }
 
-// The last (context, state) this thread used: the common case needs no lock.
-struct LastUsed {
-  CUcontext ctx = nullptr;
-  ContextState* state = nullptr;
-};
-thread_local LastUsed t_last;
-
 ContextState* live_state_locked(Registry& r, CUcontext ctx) {
   for (ContextState* s : r.live)
     if (s->context() == ctx) return s;
@@ -144,11 +137,10 @@ void ContextState::retire_stream(StreamId id) {
   allocator_->retire_stream(id);
 }
 
-ContextState* current_context_state() {
-  const RealDriver* d = real_driver();
-  CUcontext ctx = nullptr;
-  if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
-  if (t_last.ctx == ctx && t_last.state->alive()) [[likely]] return t_last.state;
+constinit thread_local detail::LastUsed detail::t_last;
+
+// current_context_state() when `ctx` is not the one this thread used last.
+ContextState* detail::find_current_state(CUcontext ctx, const RealDriver* d) {
   ContextState* state = find_or_create(ctx, d);
   if (state != nullptr) t_last = {ctx, state};
   return state;

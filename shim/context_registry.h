@@ -86,11 +86,29 @@ class ContextState {
   std::atomic<std::size_t> deferred_count_{0};
 };
 
+namespace detail {
+// The last (context, state) this thread used: the common case needs no lock.
+struct LastUsed {
+  CUcontext ctx = nullptr;
+  ContextState* state = nullptr;
+};
+extern constinit thread_local LastUsed t_last;
+ContextState* find_current_state(CUcontext ctx, const RealDriver* d);
+}  // namespace detail
+
 // The state of the calling thread's current context, created on first use.
 // nullptr when no context is current, the context is unusable (destroyed)
 // or the driver reports an error (then the caller passes the call to the
-// driver, which reports it exactly).
-ContextState* current_context_state();
+// driver, which reports it exactly).  Inline: every allocation and free
+// asks, and the driver's answer is almost always the context asked last.
+inline ContextState* current_context_state() {
+  const RealDriver* d = real_driver();
+  CUcontext ctx = nullptr;
+  if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  const detail::LastUsed& last = detail::t_last;
+  if (last.ctx == ctx && last.state->alive()) [[likely]] return last.state;
+  return detail::find_current_state(ctx, d);
+}
 
 // The live context whose allocator owns `ptr` (inside one of its segments),
 // the current context first; nullptr if none.

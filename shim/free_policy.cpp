@@ -9,8 +9,6 @@
 
 namespace cachalloc::shim {
 
-namespace {
-
 // compute-sanitizer (memcheck, racecheck, ...) sets these in the program it
 // checks.  Under it, fences recorded on other threads' streams hang the
 // process inside the tool's callbacks (docs/RELIABILITY.md: stress_patterns
@@ -22,49 +20,21 @@ bool under_compute_sanitizer() {
   return yes;
 }
 
-}  // namespace
-
-FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
-  switch (policy) {
-    case FreeSync::stream:
-      return FreeRule::stream;
-    case FreeSync::device:
-      return FreeRule::device;
-    case FreeSync::fence:
-      return FreeRule::fence;
-    case FreeSync::automatic:
-      break;
-  }
-  if (!ctx.multi_stream()) return FreeRule::stream;
-  return under_compute_sanitizer() ? FreeRule::device : FreeRule::fence;
-}
-
-Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
+Status free_after_device_sync(ContextState& ctx, DevicePtr ptr) {
   CachingAllocator& a = ctx.allocator();
   // A device synchronization would break a capture: the block stays
   // allocated until it ends.  (A fenced free needs nothing: its fence is
   // refused while a capture is in flight, CudaBackend::fence_record.)
-  if (rule == FreeRule::device && capture_in_flight()) [[unlikely]] {
+  if (capture_in_flight()) [[unlikely]] {
     if (!a.is_live(ptr)) return a.free(ptr);  // kNotOwned or kInvalidValue, nothing changes
     return ctx.defer_free(ptr) ? kSuccess : kInvalidValue;
   }
-  switch (rule) {
-    case FreeRule::stream:
-      return a.free(ptr);
-    case FreeRule::fence:
-      // Batched behind a fence on every stream (core/fence_path.cpp,
-      // CudaBackend::fence_record): no driver call here.
-      return a.free_deferred(ptr);
-    case FreeRule::device: {
-      // Only synchronize for pointers we own: a foreign pointer goes to the
-      // real cuMemFree, which synchronizes by itself.
-      if (!a.is_live(ptr)) return a.free(ptr);
-      Status s = static_cast<Status>(real_driver()->cuCtxSynchronize());
-      if (s != kSuccess) return s;
-      return a.free(ptr);
-    }
-  }
-  return kInvalidValue;
+  // Only synchronize for pointers we own: a foreign pointer goes to the
+  // real cuMemFree, which synchronizes by itself.
+  if (!a.is_live(ptr)) return a.free(ptr);
+  Status s = static_cast<Status>(real_driver()->cuCtxSynchronize());
+  if (s != kSuccess) return s;
+  return a.free(ptr);
 }
 
 void settle_deferred_frees(ContextState& ctx) {

@@ -25,14 +25,47 @@ namespace cachalloc::shim {
 
 enum class FreeRule { stream, fence, device };
 
-// The rule `policy` means for `ctx` right now.
-FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx);
+// Whether compute-sanitizer runs the program (auto then means device:
+// fences recorded across threads hang inside the tool).
+bool under_compute_sanitizer();
+
+// The rule `policy` means for `ctx` right now.  (The rules and the stream
+// and fence frees are inline: they are on every cuMemFree.)
+inline FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
+  switch (policy) {
+    case FreeSync::stream:
+      return FreeRule::stream;
+    case FreeSync::device:
+      return FreeRule::device;
+    case FreeSync::fence:
+      return FreeRule::fence;
+    case FreeSync::automatic:
+      break;
+  }
+  if (!ctx.multi_stream()) return FreeRule::stream;
+  return under_compute_sanitizer() ? FreeRule::device : FreeRule::fence;
+}
+
+// free_by_rule's device rule.
+Status free_after_device_sync(ContextState& ctx, DevicePtr ptr);
 
 // Frees `ptr` in `ctx` (current) by `rule`.  Returns the core's Status
 // (kNotOwned when the allocator does not own `ptr`).
 // During a graph capture, device frees are deferred (see
 // ContextState::defer_free).
-Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule);
+inline Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
+  switch (rule) {
+    case FreeRule::stream:
+      return ctx.allocator().free(ptr);
+    case FreeRule::fence:
+      // Batched behind a fence on every stream (core/fence_path.cpp,
+      // CudaBackend::fence_record): no driver call here.
+      return ctx.allocator().free_deferred(ptr);
+    case FreeRule::device:
+      break;
+  }
+  return free_after_device_sync(ctx, ptr);
+}
 
 // Completes deferred frees once no capture is in flight; called on the
 // allocation and free paths (one relaxed load when nothing is deferred).

@@ -13,9 +13,13 @@
 #include "shim_observability.h"
 
 namespace cachalloc::shim {
+
+std::atomic<Mode> detail::g_mode{Mode::uninitialized};
+constinit obs::InterposerCounters detail::g_counters{};
+
 namespace {
 
-std::atomic<Mode> g_mode{Mode::uninitialized};
+using detail::g_mode;
 std::once_flag g_init_once;
 
 // Leaked on purpose: read by hooks during exit, after static destructors.
@@ -70,18 +74,12 @@ void initialize() {
 
 std::atomic<bool> g_time_wrappers{false};
 
-Mode current_mode() {
-  Mode m = g_mode.load(std::memory_order_acquire);
-  if (m != Mode::uninitialized) [[likely]] return m;
+Mode detail::initialize_mode() {
   std::call_once(g_init_once, initialize);
   return g_mode.load(std::memory_order_acquire);
 }
 
 const Config& config() { return config_storage(); }
 
-obs::InterposerCounters& counters() {
-  static obs::InterposerCounters* c = new obs::InterposerCounters();
-  return *c;
-}
 
 }  // namespace cachalloc::shim

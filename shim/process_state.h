@@ -26,8 +26,20 @@ namespace cachalloc::shim {
 
 enum class Mode : int { uninitialized, active, disabled, forked, exiting, passive };
 
-// Initializes on first call; afterwards one relaxed load.
-Mode current_mode();
+namespace detail {
+extern std::atomic<Mode> g_mode;
+Mode initialize_mode();
+// Trivially destructible and constant-initialized: usable before any
+// constructor and after every destructor (hooks run at exit too).
+extern constinit obs::InterposerCounters g_counters;
+}  // namespace detail
+
+// Initializes on first call; afterwards one load, inline (every hook asks).
+inline Mode current_mode() {
+  const Mode m = detail::g_mode.load(std::memory_order_acquire);
+  if (m != Mode::uninitialized) [[likely]] return m;
+  return detail::initialize_mode();
+}
 inline bool serving(Mode m) { return m == Mode::active; }
 // Whether the caches exist for the pluggable ABI and the control API.
 inline bool caching(Mode m) { return m == Mode::active || m == Mode::passive; }
@@ -35,7 +47,7 @@ inline bool caching(Mode m) { return m == Mode::active || m == Mode::passive; }
 // The effective configuration (defaults until initialized).
 const Config& config();
 
-obs::InterposerCounters& counters();
+inline obs::InterposerCounters& counters() { return detail::g_counters; }
 
 // Set during initialization when config.stats asks for a report.
 extern std::atomic<bool> g_time_wrappers;

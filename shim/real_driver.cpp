@@ -84,7 +84,7 @@ bool has_essentials(const RealDriver& d) {
          d.cuEventSynchronize && d.cuEventDestroy_v2;
 }
 
-std::atomic<const RealDriver*> g_driver{nullptr};
+using detail::g_driver;
 std::once_flag g_once;
 
 void load() {
@@ -98,9 +98,9 @@ void load() {
 
 }  // namespace
 
-const RealDriver* real_driver() {
-  const RealDriver* d = g_driver.load(std::memory_order_acquire);
-  if (d != nullptr) [[likely]] return d;
+std::atomic<const RealDriver*> detail::g_driver{nullptr};
+
+const RealDriver* detail::load_driver() {
   std::call_once(g_once, load);
   return g_driver.load(std::memory_order_acquire);
 }

@@ -8,6 +8,8 @@
 // primitives on an old driver, for example); callers check.
 #pragma once
 
+#include <atomic>
+
 #include "cuda_api.h"
 
 namespace cachalloc::shim {
@@ -81,7 +83,16 @@ struct RealDriver {
 // The table, loaded on first call; nullptr when libcuda.so.1 cannot be
 // opened or lacks the essentials (then every hook passes through — though a
 // hook is only reached once a real libcuda symbol was found).
-const RealDriver* real_driver();
+namespace detail {
+extern std::atomic<const RealDriver*> g_driver;
+const RealDriver* load_driver();
+}  // namespace detail
+// (inline: every hook asks, and after the first call it is one load)
+inline const RealDriver* real_driver() {
+  const RealDriver* d = detail::g_driver.load(std::memory_order_acquire);
+  if (d != nullptr) [[likely]] return d;
+  return detail::load_driver();
+}
 
 // The real dlsym (glibc's), resolved with dlvsym; defined in dlsym_hook.cpp.
 void* real_dlsym(void* handle, const char* name);

@@ -54,3 +54,14 @@ TEST_CASE("roundup_power2_divisions rounds to the next division of the power-of-
     CHECK(round_size(600 * MiB + 1, d) == 600 * MiB + 512);  // interval 9 unset: plain 512 B rounding
   }
 }
+
+TEST_CASE("round_size's inline small case agrees with the general rule") {
+  Config plain;
+  Config divided;
+  divided.roundup_power2_divisions[0] = 4;
+  for (const Config* c : {&plain, &divided})
+    for (std::size_t size = 1; size <= 2 * MiB + 1024; size += (size < 70'000 ? 1 : 4093))
+      REQUIRE(round_size(size, *c) == round_size_general(size, *c));
+  CHECK(round_size(0, plain) == round_size_general(0, plain));
+  CHECK(round_size(300, divided) == round_size_general(300, divided));
+}

@@ -1,0 +1,86 @@
+// allocator_stats.cpp — AllocatorStats as DeviceStats, and its resets
+// (allocator_stats.h says how the stored counters map to the read ones).
+#include "allocator_stats.h"
+
+namespace cachalloc {
+
+Stat PoolStats::operator[](StatType t) const {
+  if (t == StatType::small_pool) return stat_of(pool_[0]);
+  if (t == StatType::large_pool) return stat_of(pool_[1]);
+  const Stat s = stat_of(pool_[0]);
+  const Stat l = stat_of(pool_[1]);
+  return {s.current + l.current, aggregate_peak_, s.allocated + l.allocated, s.freed + l.freed};
+}
+
+StatArray PoolStats::get() const {
+  StatArray out;
+  for (StatType t : {StatType::aggregate, StatType::small_pool, StatType::large_pool}) out[t] = (*this)[t];
+  return out;
+}
+
+void PoolStats::reset_peak() {
+  for (Counter& c : pool_) c.peak = c.current;
+  aggregate_peak_ = pool_[0].current + pool_[1].current;
+}
+
+void PoolStats::reset_accumulated() {
+  for (Counter& c : pool_) {
+    c.allocated = 0;
+    c.base = c.current;
+  }
+}
+
+DeviceStats AllocatorStats::get() const {
+  DeviceStats d;
+  d.allocation = allocation.get();
+  d.segment = segment.get();
+  d.active = active.get();
+  d.inactive_split = inactive_split.get();
+  d.allocated_bytes = allocated_bytes.get();
+  d.reserved_bytes = reserved_bytes.get();
+  d.active_bytes = active_bytes.get();
+  d.inactive_split_bytes = inactive_split_bytes.get();
+  d.requested_bytes = requested_bytes.get();
+  d.num_alloc_retries = num_alloc_retries;
+  d.num_ooms = num_ooms;
+  d.oversize_allocations = oversize_allocations;
+  d.oversize_segments = oversize_segments;
+  d.num_sync_all_streams = num_sync_all_streams;
+  d.num_device_alloc = num_device_alloc;
+  d.num_device_free = num_device_free;
+  d.max_split_size = max_split_size;
+  d.num_deferred_frees = num_deferred_frees;
+  d.num_fences = num_fences;
+  d.num_fence_events = num_fence_events;
+  d.deferred_free_bytes = deferred_free_bytes;
+  return d;
+}
+
+// As DeviceStats::reset_peak / reset_accumulated (stats.cpp), field for field.
+void AllocatorStats::reset_peak() {
+  for (PoolStats* p : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
+                       &active_bytes, &inactive_split_bytes, &requested_bytes})
+    p->reset_peak();
+  oversize_allocations.reset_peak();
+  oversize_segments.reset_peak();
+  deferred_free_bytes.reset_peak();
+}
+
+void AllocatorStats::reset_accumulated() {
+  for (PoolStats* p : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
+                       &active_bytes, &inactive_split_bytes, &requested_bytes})
+    p->reset_accumulated();
+  oversize_allocations.reset_accumulated();
+  oversize_segments.reset_accumulated();
+  deferred_free_bytes.reset_accumulated();
+  num_alloc_retries = 0;
+  num_ooms = 0;
+  num_sync_all_streams = 0;
+  num_device_alloc = 0;
+  num_device_free = 0;
+  num_deferred_frees = 0;
+  num_fences = 0;
+  num_fence_events = 0;
+}
+
+}  // namespace cachalloc

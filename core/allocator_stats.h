@@ -1,0 +1,86 @@
+// allocator_stats.h — the allocator's statistics, kept for cheap updates.
+//
+// DeviceStats (stats.h) is what callers read: per statistic an aggregate
+// and two pools, each with current, peak, allocated and freed.  Updating it
+// as stored costs two Stats per change, and a decrease writes two fields of
+// each.  A cached malloc+free pair changes about a dozen statistics, so
+// here each pool keeps only current, peak and allocated, plus `base`, its
+// current at the last reset of the accumulated counts:
+//   freed            = allocated - current + base  (every decrease lowers
+//                      current and raises freed by as much; a reset zeroes
+//                      allocated and freed)
+//   aggregate        = the two pools' sums, except the peak, which is kept
+//                      (a peak of the sum is not the sum of the peaks).
+// A decrease is then one subtraction.  get() gives the StatArray exactly as
+// stats.h would have counted it, at any moment: the values are the same
+// integers, only derived when read.
+#pragma once
+
+#include <cstdint>
+
+#include "stats.h"
+
+namespace cachalloc {
+
+class PoolStats {
+ public:
+  void increase(bool small, std::int64_t amount) {
+    Counter& c = pool_[small ? 0 : 1];
+    c.current += amount;
+    c.allocated += amount;
+    if (c.current > c.peak) c.peak = c.current;
+    const std::int64_t total = pool_[0].current + pool_[1].current;
+    if (total > aggregate_peak_) aggregate_peak_ = total;
+  }
+  void decrease(bool small, std::int64_t amount) { pool_[small ? 0 : 1].current -= amount; }
+
+  // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
+  Stat operator[](StatType t) const;
+  StatArray get() const;
+  void reset_peak();
+  void reset_accumulated();
+
+ private:
+  struct Counter {
+    std::int64_t current = 0;
+    std::int64_t peak = 0;
+    std::int64_t allocated = 0;
+    std::int64_t base = 0;  // current when the accumulated counts were last reset
+  };
+  Stat stat_of(const Counter& c) const { return {c.current, c.peak, c.allocated, c.allocated - c.current + c.base}; }
+
+  Counter pool_[2];  // small, large
+  std::int64_t aggregate_peak_ = 0;
+};
+
+// DeviceStats' fields under the same names, the pool arrays as PoolStats.
+struct AllocatorStats {
+  PoolStats allocation;
+  PoolStats segment;
+  PoolStats active;
+  PoolStats inactive_split;
+  PoolStats allocated_bytes;
+  PoolStats reserved_bytes;
+  PoolStats active_bytes;
+  PoolStats inactive_split_bytes;
+  PoolStats requested_bytes;
+
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  Stat oversize_allocations;
+  Stat oversize_segments;
+  std::int64_t num_sync_all_streams = 0;
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
+  std::int64_t max_split_size = 0;
+  std::int64_t num_deferred_frees = 0;
+  std::int64_t num_fences = 0;
+  std::int64_t num_fence_events = 0;
+  Stat deferred_free_bytes;
+
+  DeviceStats get() const;
+  void reset_peak();
+  void reset_accumulated();
+};
+
+}  // namespace cachalloc
