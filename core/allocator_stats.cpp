@@ -57,30 +57,23 @@ DeviceStats AllocatorStats::get() const {
 }
 
 // As DeviceStats::reset_peak / reset_accumulated (stats.cpp), field for field.
-void AllocatorStats::reset_peak() {
+template <class Fn>
+void AllocatorStats::for_each_stat(Fn fn) {
   for (PoolStats* p : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
                        &active_bytes, &inactive_split_bytes, &requested_bytes})
-    p->reset_peak();
-  oversize_allocations.reset_peak();
-  oversize_segments.reset_peak();
-  deferred_free_bytes.reset_peak();
+    fn(*p);
+  fn(oversize_allocations);
+  fn(oversize_segments);
+  fn(deferred_free_bytes);
+}
+
+void AllocatorStats::reset_peak() {
+  for_each_stat([](auto& s) { s.reset_peak(); });
 }
 
 void AllocatorStats::reset_accumulated() {
-  for (PoolStats* p : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
-                       &active_bytes, &inactive_split_bytes, &requested_bytes})
-    p->reset_accumulated();
-  oversize_allocations.reset_accumulated();
-  oversize_segments.reset_accumulated();
-  deferred_free_bytes.reset_accumulated();
-  num_alloc_retries = 0;
-  num_ooms = 0;
-  num_sync_all_streams = 0;
-  num_device_alloc = 0;
-  num_device_free = 0;
-  num_deferred_frees = 0;
-  num_fences = 0;
-  num_fence_events = 0;
+  for_each_stat([](auto& s) { s.reset_accumulated(); });
+  reset_counters(*this);
 }
 
 }  // namespace cachalloc

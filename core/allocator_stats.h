@@ -81,6 +81,11 @@ struct AllocatorStats {
   DeviceStats get() const;
   void reset_peak();
   void reset_accumulated();
+
+ private:
+  // fn on every PoolStats and Stat field.
+  template <class Fn>
+  void for_each_stat(Fn fn);
 };
 
 }  // namespace cachalloc

@@ -39,14 +39,7 @@ void DeviceStats::reset_peak() {
 
 void DeviceStats::reset_accumulated() {
   for_each_array(*this, [](Stat& s) { s.reset_accumulated(); });
-  num_alloc_retries = 0;
-  num_ooms = 0;
-  num_sync_all_streams = 0;
-  num_device_alloc = 0;
-  num_device_free = 0;
-  num_deferred_frees = 0;
-  num_fences = 0;
-  num_fence_events = 0;
+  reset_counters(*this);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s) {

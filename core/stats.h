@@ -82,6 +82,21 @@ struct DeviceStats {
   void reset_accumulated();
 };
 
+// Zeroes the event counters DeviceStats and AllocatorStats (core/
+// allocator_stats.h) both keep under the same names: one list for both
+// reset_accumulated()s, so that a counter added to one is reset in both.
+template <class Stats>
+void reset_counters(Stats& s) {
+  s.num_alloc_retries = 0;
+  s.num_ooms = 0;
+  s.num_sync_all_streams = 0;
+  s.num_device_alloc = 0;
+  s.num_device_free = 0;
+  s.num_deferred_frees = 0;
+  s.num_fences = 0;
+  s.num_fence_events = 0;
+}
+
 // One (key, value) per scalar, named exactly as torch.cuda.memory_stats()
 // names them ("allocated_bytes.all.current", "num_ooms", ...), in a stable
 // order.  Dumps and the reader script use these names.
