@@ -35,6 +35,7 @@
 #include <cudaTypedefs.h>
 
 #include "cachalloc.h"
+#include "driver_api.h"
 #include "fake_libcuda.h"
 
 #define CHECK(cond)                                                                    \
@@ -72,9 +73,8 @@ static struct {
 } D;
 
 static int load_api(void) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) return 0;
-#define L(field, name) *(void**)&D.field = dlsym(h, name)
+  if (!driver_api_open("dlsym")) return 0;
+#define L(field, name) *(void**)&D.field = driver_api_symbol(name)
   L(init, "cuInit");
   L(retain, "cuDevicePrimaryCtxRetain");
   L(set_current, "cuCtxSetCurrent");
@@ -90,10 +90,7 @@ static int load_api(void) {
   L(fake_hold, "fake_cuda_hold_stream");
   L(fake_raw, "fake_cuda_lookup_raw");
 #undef L
-  void** slots = (void**)&D;
-  for (size_t i = 0; i < sizeof D / sizeof(void*); ++i)
-    if (slots[i] == NULL) return 0;
-  return 1;
+  return driver_api_complete(&D, sizeof D);
 }
 
 static struct fake_cuda_stats_t stats(void) {
