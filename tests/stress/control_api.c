@@ -35,25 +35,9 @@
 #include <cudaTypedefs.h>
 
 #include "cachalloc.h"
+#include "check.h"
 #include "driver_api.h"
 #include "fake_libcuda.h"
-
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);        \
-      return 1;                                                                        \
-    }                                                                                  \
-  } while (0)
-#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
-#define CHECK_RC(call, want)                                                                         \
-  do {                                                                                               \
-    int rc_ = (call);                                                                                \
-    if (rc_ != (want)) {                                                                             \
-      fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, rc_, (want)); \
-      return 1;                                                                                      \
-    }                                                                                                \
-  } while (0)
 
 static struct {
   PFN_cuInit_v2000 init;
