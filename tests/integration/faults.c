@@ -34,6 +34,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "driver_api.h"
 #include "fake_libcuda.h"
 
 #define KiB ((size_t)1 << 10)
@@ -94,30 +95,9 @@ static struct {
 static int (*g_empty_cache)(int);
 static int (*g_validate)(char*, size_t);
 
-static PFN_cuGetProcAddress_v12000 g_gpa;
-static void* g_libcuda;
-
-static void* lookup(const char* base, const char* exported, int version) {
-  void* fn = NULL;
-  if (g_gpa != NULL) {
-    CUdriverProcAddressQueryResult status;
-    if (g_gpa(base, &fn, version, 0, &status) != CUDA_SUCCESS) fn = NULL;
-  } else {
-    fn = dlsym(g_libcuda, exported);
-  }
-  if (fn == NULL) fprintf(stderr, "lookup of %s failed\n", exported);
-  return fn;
-}
-
 static int load_api(const char* route) {
-  g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (g_libcuda == NULL) return 0;
-  if (strcmp(route, "proc") == 0) {
-    PFN_cuGetProcAddress_v12000 entry = (PFN_cuGetProcAddress_v12000)dlsym(g_libcuda, "cuGetProcAddress_v2");
-    CUdriverProcAddressQueryResult status;
-    if (entry == NULL || entry("cuGetProcAddress", (void**)&g_gpa, 12000, 0, &status) != CUDA_SUCCESS) return 0;
-  }
-#define L(field, base, exported, version) *(void**)&D.field = lookup(base, exported, version)
+  if (!driver_api_open(route)) return 0;
+#define L(field, base, exported, version) DRIVER_API_ENTRY(D, field, base, exported, version)
   L(init, "cuInit", "cuInit", 2000);
   L(device_get, "cuDeviceGet", "cuDeviceGet", 2000);
   L(retain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000);
@@ -135,15 +115,13 @@ static int load_api(const char* route) {
   L(default_pool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020);
   L(set_pool, "cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020);
 #undef L
-  *(void**)&D.stats = dlsym(g_libcuda, "fake_cuda_stats");
-  *(void**)&D.hold = dlsym(g_libcuda, "fake_cuda_hold_stream");
-  *(void**)&D.fail = dlsym(g_libcuda, "fake_cuda_fail");
-  *(void**)&D.fail_reset = dlsym(g_libcuda, "fake_cuda_fail_reset");
-  *(void**)&D.injected = dlsym(g_libcuda, "fake_cuda_injected");
-  *(void**)&D.live_imports = dlsym(g_libcuda, "fake_cuda_live_imports");
-  void** slots = (void**)&D;
-  for (size_t i = 0; i < sizeof D / sizeof(void*); ++i)
-    if (slots[i] == NULL) return 0;
+  *(void**)&D.stats = driver_api_symbol("fake_cuda_stats");
+  *(void**)&D.hold = driver_api_symbol("fake_cuda_hold_stream");
+  *(void**)&D.fail = driver_api_symbol("fake_cuda_fail");
+  *(void**)&D.fail_reset = driver_api_symbol("fake_cuda_fail_reset");
+  *(void**)&D.injected = driver_api_symbol("fake_cuda_injected");
+  *(void**)&D.live_imports = driver_api_symbol("fake_cuda_live_imports");
+  if (!driver_api_complete(&D, sizeof D)) return 0;
   *(void**)&g_empty_cache = dlsym(RTLD_DEFAULT, "cachalloc_empty_cache");
   *(void**)&g_validate = dlsym(RTLD_DEFAULT, "cachalloc_validate");
   return 1;

@@ -12,7 +12,6 @@
  * cuGetProcAddress chain, dlsym = numba's dlsym on the libcuda handle)
  *        fidelity ROUTE ipc_import HANDLES...   (the importer process) */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "driver_api.h"
 #include "fake_libcuda.h"
 
 #define KiB ((size_t)1 << 10)
@@ -41,7 +41,6 @@
 static const char* g_route = "?";
 static const char* g_mode = "bare";
 static int g_shim;     /* FIDELITY_SHIM=1: cachalloc is preloaded */
-static void* g_libcuda;
 static char** g_argv;
 
 /* The driver API as the route hands it out. */
@@ -91,29 +90,9 @@ static struct {
   int (*fake_vm_access)(CUdeviceptr, int);
 } D;
 
-static PFN_cuGetProcAddress_v12000 g_gpa;
-
-static void* lookup(const char* base, const char* exported, int version) {
-  void* fn = NULL;
-  if (g_gpa != NULL) {
-    CUdriverProcAddressQueryResult status;
-    if (g_gpa(base, &fn, version, 0, &status) != CUDA_SUCCESS) fn = NULL;
-  } else {
-    fn = dlsym(g_libcuda, exported);
-  }
-  if (fn == NULL) fprintf(stderr, "lookup of %s failed\n", exported);
-  return fn;
-}
-
 static int load_api(const char* route) {
-  g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (g_libcuda == NULL) return 0;
-  if (strcmp(route, "proc") == 0) {
-    PFN_cuGetProcAddress_v12000 entry = (PFN_cuGetProcAddress_v12000)dlsym(g_libcuda, "cuGetProcAddress_v2");
-    CUdriverProcAddressQueryResult status;
-    if (entry == NULL || entry("cuGetProcAddress", (void**)&g_gpa, 12000, 0, &status) != CUDA_SUCCESS) return 0;
-  }
-#define L(field, base, exported, version) *(void**)&D.field = lookup(base, exported, version)
+  if (!driver_api_open(route)) return 0;
+#define L(field, base, exported, version) DRIVER_API_ENTRY(D, field, base, exported, version)
   L(init, "cuInit", "cuInit", 2000);
   L(device_get, "cuDeviceGet", "cuDeviceGet", 2000);
   L(retain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000);
@@ -156,12 +135,9 @@ static int load_api(const char* route) {
   L(set_access, "cuMemSetAccess", "cuMemSetAccess", 10020);
   L(green_create, "cuGreenCtxCreate", "cuGreenCtxCreate", 12040);
 #undef L
-  *(void**)&D.fake_stats = dlsym(g_libcuda, "fake_cuda_stats");
-  *(void**)&D.fake_vm_access = dlsym(g_libcuda, "fake_cuda_vm_access");
-  void** slots = (void**)&D;
-  for (size_t i = 0; i < sizeof D / sizeof(void*); ++i)
-    if (slots[i] == NULL) return 0;
-  return 1;
+  *(void**)&D.fake_stats = driver_api_symbol("fake_cuda_stats");
+  *(void**)&D.fake_vm_access = driver_api_symbol("fake_cuda_vm_access");
+  return driver_api_complete(&D, sizeof D);
 }
 
 static struct fake_cuda_stats_t stats(void) {

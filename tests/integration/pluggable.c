@@ -47,30 +47,14 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "check.h"
+#include "driver_api.h"
 #include "fake_libcuda.h"
-
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                                 \
-    }                                                                           \
-  } while (0)
-#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
-#define CHECK_RC(call, want)                                                                           \
-  do {                                                                                                 \
-    int rc_ = (call);                                                                                  \
-    if (rc_ != (want)) {                                                                               \
-      fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, rc_, (want)); \
-      return 1;                                                                                        \
-    }                                                                                                  \
-  } while (0)
 
 #define MiB (1 << 20)
 
 /* The driver, as the program sees it. */
 static struct {
-  void* handle;
   PFN_cuInit_v2000 init;
   PFN_cuDevicePrimaryCtxRetain_v7000 retain;
   PFN_cuCtxSetCurrent_v4000 set_current;
@@ -110,9 +94,8 @@ static struct {
 } C;
 
 static int load_driver(void) {
-  D.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  CHECK(D.handle != NULL);
-#define L(field, name) *(void**)&D.field = dlsym(D.handle, name)
+  CHECK(driver_api_open("dlsym"));
+#define L(field, name) *(void**)&D.field = driver_api_symbol(name)
   L(init, "cuInit");
   L(retain, "cuDevicePrimaryCtxRetain");
   L(set_current, "cuCtxSetCurrent");
@@ -129,8 +112,7 @@ static int load_driver(void) {
   L(fake_hold, "fake_cuda_hold_stream");
   L(fake_raw, "fake_cuda_lookup_raw");
 #undef L
-  void** slots = (void**)&D;
-  for (size_t i = 0; i < sizeof D / sizeof(void*); ++i) CHECK(slots[i] != NULL);
+  CHECK(driver_api_complete(&D, sizeof D));
   return 0;
 }
 
@@ -156,8 +138,7 @@ static int load_cachalloc(const char* path) {
   L(get_fraction, "cachalloc_get_memory_fraction");
   L(base, "cachalloc_get_base_allocation");
 #undef L
-  void** slots = (void**)&C;
-  for (size_t i = 0; i < sizeof C / sizeof(void*); ++i) CHECK(slots[i] != NULL);
+  CHECK(driver_api_complete(&C, sizeof C));
   return 0;
 }
 

@@ -11,19 +11,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check.h"
 #include "fake_libcuda.h"
 
 unsigned long fake_cudart_calls(void);
 
 static int hooks = 1;
-
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
 
 static struct fake_cuda_stats_t stats(void) {
   struct fake_cuda_stats_t s;

@@ -35,24 +35,9 @@
 #include <cudaTypedefs.h>
 
 #include "cachalloc.h"
+#include "check.h"
+#include "driver_api.h"
 #include "fake_libcuda.h"
-
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);        \
-      return 1;                                                                        \
-    }                                                                                  \
-  } while (0)
-#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
-#define CHECK_RC(call, want)                                                                         \
-  do {                                                                                               \
-    int rc_ = (call);                                                                                \
-    if (rc_ != (want)) {                                                                             \
-      fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, rc_, (want)); \
-      return 1;                                                                                      \
-    }                                                                                                \
-  } while (0)
 
 static struct {
   PFN_cuInit_v2000 init;
@@ -72,9 +57,8 @@ static struct {
 } D;
 
 static int load_api(void) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) return 0;
-#define L(field, name) *(void**)&D.field = dlsym(h, name)
+  if (!driver_api_open("dlsym")) return 0;
+#define L(field, name) *(void**)&D.field = driver_api_symbol(name)
   L(init, "cuInit");
   L(retain, "cuDevicePrimaryCtxRetain");
   L(set_current, "cuCtxSetCurrent");
@@ -90,10 +74,7 @@ static int load_api(void) {
   L(fake_hold, "fake_cuda_hold_stream");
   L(fake_raw, "fake_cuda_lookup_raw");
 #undef L
-  void** slots = (void**)&D;
-  for (size_t i = 0; i < sizeof D / sizeof(void*); ++i)
-    if (slots[i] == NULL) return 0;
-  return 1;
+  return driver_api_complete(&D, sizeof D);
 }
 
 static struct fake_cuda_stats_t stats(void) {
