@@ -29,14 +29,18 @@
 // without invalidating the capture): an allocation goes to cuMemAlloc_v2 and
 // frees wait until no capture is in flight.  PyTorch's private graph pools
 // need beginAllocateToPool, which the pluggable interface only offers as a
-// C++ std::function: use PyTorch's own allocator (or LD_PRELOAD mode) for
-// CUDA graphs.
+// C++ std::function, so nothing tells cachalloc when a graph dies: memory
+// allocated during a capture is never freed nor reused (a replay of the
+// graph may write it whenever it runs), and the first such allocation says
+// so on stderr.  Use PyTorch's own allocator (or LD_PRELOAD mode) for CUDA
+// graphs that are captured often.
 #include <sys/types.h>
 
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cachalloc.h"
@@ -160,6 +164,38 @@ std::vector<DeferredFree>& deferred_frees() {
   return *v;
 }
 
+// Allocations made during a capture (see the banner), kept for good.
+std::mutex g_graph_mutex;
+std::atomic<std::size_t> g_graph_count{0};
+std::unordered_map<void*, std::size_t>& graph_allocations() {
+  static auto* m = new std::unordered_map<void*, std::size_t>();  // leaked, as deferred_frees()
+  return *m;
+}
+
+void keep_for_graphs(void* ptr, std::size_t size) {
+  std::size_t count = 0;
+  {
+    std::lock_guard lock(g_graph_mutex);
+    auto& m = graph_allocations();
+    m.emplace(ptr, size);
+    count = m.size();
+    g_graph_count.store(count, std::memory_order_relaxed);
+  }
+  if (count == 1)
+    obs::logger().warn("cachalloc_malloc during a CUDA graph capture: served by cuMemAlloc and never freed nor "
+                       "reused, because a replay of the graph may write it and the pluggable interface does not "
+                       "say when the graph is destroyed (the first: {} bytes).  Use PyTorch's own allocator for "
+                       "CUDA graphs captured often.",
+                       size);
+}
+
+// Whether `ptr` was allocated during a capture (then its free does nothing).
+bool kept_for_graphs(void* ptr) {
+  if (g_graph_count.load(std::memory_order_relaxed) == 0) [[likely]] return false;
+  std::lock_guard lock(g_graph_mutex);
+  return graph_allocations().count(ptr) != 0;
+}
+
 void defer_free(void* ptr, int device, CUstream stream) {
   std::lock_guard lock(g_deferred_mutex);
   deferred_frees().push_back({ptr, device, stream});
@@ -175,9 +211,10 @@ Status free_on(ContextState& s, DevicePtr p, StreamId id) {
 
 // Frees `p` (the primary context of its device current, or the caller's):
 // in the current context's cache, else in whichever context owns it, else
-// (an allocation made while a capture was in flight or cachalloc was
-// disabled) with the driver.
+// (cachalloc was disabled when it was allocated) with the driver.  Memory
+// allocated during a capture is kept (see the banner).
 void free_now(const RealDriver* d, void* ptr, CUstream stream) {
+  if (kept_for_graphs(ptr)) [[unlikely]] return;
   const auto p = reinterpret_cast<DevicePtr>(ptr);
   const StreamId id = stream_id(stream, false);
   ContextState* s = current_context_state();
@@ -289,7 +326,9 @@ CACHALLOC_EXPORT void* cachalloc_malloc(ssize_t size, int device, struct CUstrea
     }
     if (capturing(d, m, stream)) [[unlikely]] {
       counters().count(obs::Passthrough::capture);
-      return d->cuMemAlloc_v2(&p, static_cast<size_t>(size)) == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
+      if (d->cuMemAlloc_v2(&p, static_cast<size_t>(size)) != CUDA_SUCCESS) return nullptr;
+      keep_for_graphs(reinterpret_cast<void*>(p), static_cast<std::size_t>(size));
+      return reinterpret_cast<void*>(p);
     }
     settle_deferred(d, m);
     return serve_malloc(static_cast<std::size_t>(size), device, stream);
