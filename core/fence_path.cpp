@@ -12,9 +12,9 @@
 // alive a miss records one for 20 frees already when their bytes could
 // serve it: the alternative is growing the cache (reclaim_pending).
 // Fences are queried when the cache misses, oldest first; a completed fence
-// returns its batch to the pools.  The bytes waiting are bounded: past deferred_bytes_limit()
-// a fence is recorded at the free itself, and the out-of-memory path waits
-// for every fence before it gives up.
+// returns its batch to the pools.  The bytes waiting are bounded: past
+// deferred_bytes_limit() a fence is recorded at the free itself, and the
+// out-of-memory path waits for every fence before it gives up.
 //
 // States: a deferred block is neither allocated nor free — pending_events
 // is 1 and `deferred` is set — while it sits in deferred_ (not yet behind a
