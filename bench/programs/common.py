@@ -9,7 +9,8 @@
   driver calls) read in-process through its control API
   (cachalloc_stats_json, include/cachalloc.h), so a phase reports exactly
   its timed steps; absent without cachalloc;
-* StepTimer and emit(): the output lines every program prints.
+* StepTimer and emit(): the output lines every program prints;
+* import_torch() and start_measuring(): every program's start-up.
 
 Output lines (one phase of one program):
     LOSS program=NAME step=I value=REPR hex=HEX
@@ -368,3 +369,26 @@ def emit(result):
 
 def skip(name, why):
     emit({"program": name, "ok": False, "skipped": True, "error": why})
+
+
+def import_torch(name):
+    """torch, or None after printing `NAME: SKIP (...)` (torch missing or no GPU)."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"{name}: SKIP (torch not importable: {e})")
+        return None
+    if not torch.cuda.is_available():
+        print(f"{name}: SKIP (no CUDA device)")
+        return None
+    return torch
+
+
+def start_measuring(torch, device):
+    """The NVML peak sampler (started) and cachalloc's counters, with CUDA
+    initialized so that the sampler knows the device's NVML index."""
+    sampler = PeakSampler(device).start()
+    counters = CachallocCounters()
+    torch.cuda.init()
+    sampler.refine_device()
+    return sampler, counters

@@ -125,23 +125,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_args(ap)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError as e:
-        print(f"hf_gpt: SKIP (torch not importable: {e})")
+    torch = common.import_torch("hf_gpt")
+    if torch is None:
         return 77
     _, why = import_transformers()
     if why:
         print(f"hf_gpt: SKIP (transformers not importable: {why})")
         common.skip("hf_gpt2", f"transformers not importable: {why}")
         return 77
-    if not torch.cuda.is_available():
-        print("hf_gpt: SKIP (no CUDA device)")
-        return 77
-    sampler = common.PeakSampler(args.device).start()
-    counters = common.CachallocCounters()
-    torch.cuda.init()
-    sampler.refine_device()
+    sampler, counters = common.start_measuring(torch, args.device)
     sampler.reset()
     result = run(args, sampler, counters if counters.available else None)
     result["peak"] = {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}

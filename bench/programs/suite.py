@@ -59,18 +59,10 @@ def main():
     ap.add_argument("--hf-steps", type=int, default=None)
     ap.add_argument("--gen-tokens", type=int, default=24)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError as e:
-        print(f"suite: SKIP (torch not importable: {e})")
+    torch = common.import_torch("suite")
+    if torch is None:
         return 77
-    if not torch.cuda.is_available():
-        print("suite: SKIP (no CUDA device)")
-        return 77
-    sampler = common.PeakSampler(args.device).start()
-    counters = common.CachallocCounters()
-    torch.cuda.init()
-    sampler.refine_device()
+    sampler, counters = common.start_measuring(torch, args.device)
     rc = 0
     for phase in [p.strip() for p in args.phases.split(",") if p.strip()]:
         empty_caches()

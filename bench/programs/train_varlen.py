@@ -203,18 +203,10 @@ def main():
     add_args(ap)
     ap.add_argument("--side-stream", action="store_true")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError as e:
-        print(f"train_varlen: SKIP (torch not importable: {e})")
+    torch = common.import_torch("train_varlen")
+    if torch is None:
         return 77
-    if not torch.cuda.is_available():
-        print("train_varlen: SKIP (no CUDA device)")
-        return 77
-    sampler = common.PeakSampler(args.device).start()
-    counters = common.CachallocCounters()
-    torch.cuda.init()
-    sampler.refine_device()
+    sampler, counters = common.start_measuring(torch, args.device)
     sampler.reset()
     result = run(args, args.side_stream, sampler, counters if counters.available else None)
     result["peak"] = {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}
