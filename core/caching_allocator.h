@@ -141,6 +141,9 @@ class CachingAllocator {
   std::size_t live_blocks_on_streams_except(StreamId except) const;
   // Whether `ptr` is the start of a live block of this allocator.
   bool is_live(DevicePtr ptr) const;
+  // The start of every live (allocated, not freed) block, in no order: what
+  // the program still holds when the context dies.
+  std::vector<DevicePtr> live_block_addresses() const;
 
   // Completes pending events by waiting, then returns every whole free
   // segment to the device.

@@ -94,6 +94,13 @@ Status CachingAllocator::release_after_context_death() {
   return first_error;
 }
 
+std::vector<DevicePtr> CachingAllocator::live_block_addresses() const {
+  std::lock_guard lock(mutex_);
+  std::vector<DevicePtr> out;
+  live_.for_each([&](DevicePtr ptr, const Block*) { out.push_back(ptr); });
+  return out;
+}
+
 std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) const {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;

@@ -1,5 +1,6 @@
 // test_streams.cpp — stream-keyed caching, record_stream, fenced frees and
 // the event pool, with events completed by the test.
+#include <algorithm>
 #include <array>
 
 #include "alloc_fixture.h"
@@ -111,6 +112,23 @@ TEST_CASE("is_live describes live blocks only; owns covers whole segments") {
   CHECK(f.alloc->owns(a));
   CHECK(f.alloc->record_stream(a, kS1) == kInvalidValue);
   CHECK(f.alloc->record_stream(0x10, kS1) == kNotOwned);
+}
+
+TEST_CASE("live_block_addresses lists the allocated blocks, not the cached or pending ones") {
+  AllocFixture f;
+  CHECK(f.alloc->live_block_addresses().empty());
+  const DevicePtr a = f.malloc(100, kS1);
+  const DevicePtr b = f.malloc(3 * MiB, kS2);
+  const DevicePtr c = f.malloc(4096, kS1);
+  f.free(c);
+  std::vector<DevicePtr> live = f.alloc->live_block_addresses();
+  std::sort(live.begin(), live.end());
+  std::vector<DevicePtr> want{a, b};
+  std::sort(want.begin(), want.end());
+  CHECK(live == want);
+  f.free(a);
+  f.free(b);
+  CHECK(f.alloc->live_block_addresses().empty());
 }
 
 TEST_CASE("retire_stream: cached blocks of a destroyed stream wait for its last work") {
