@@ -1,8 +1,9 @@
 /* fake_contexts.c — init, devices, contexts, primary contexts, peer access.
  *
  * A primary context's handle is always &fake.primary[d]; it starts again
- * with a new generation after its last release or a reset, as the real
- * driver's does, so objects made before show as stale.  Destroying a
+ * with a new generation (and so a new cuCtxGetId) after its last release
+ * or a reset, as the real driver's does, so objects made before show as
+ * stale.  Destroying a
  * context frees its cuMemAlloc memory and IPC imports, and its streams and
  * events die with it; cuMemCreate memory, mappings and reservations outlive
  * it (measured on an H100). */
@@ -155,6 +156,24 @@ EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
   fake_lock();
   CUresult r = fake_check_current();
   if (r == CUDA_SUCCESS) *d = fake_current->device;
+  fake_unlock();
+  return r;
+}
+
+/* The context's unique id is its generation (a process-wide counter, new
+ * each time a context starts), so a primary context gets a new id after a
+ * reset or its last release, once retained again, under the same handle.
+ * A destroyed context has none: CUDA_ERROR_CONTEXT_IS_DESTROYED (a primary
+ * context between its reset and the next retain; a created one after
+ * cuCtxDestroy).  Not counted as a dead-context call: it names the
+ * handle, which the fake keeps, not an object of the dead context. */
+EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx == NULL) ctx = fake_current;
+  if (ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  fake_lock();
+  CUresult r = ctx->alive ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (r == CUDA_SUCCESS) *id = ctx->generation;
   fake_unlock();
   return r;
 }

@@ -93,6 +93,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent),
   PROC("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent),
   PROC("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
+  PROC("cuCtxGetId", 12000, 0, cuCtxGetId),
   PROC("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
   PROC("cuCtxCreate", 12050, 0, cuCtxCreate_v4),
   PROC("cuCtxCreate", 3020, 0, cuCtxCreate_v2),

@@ -652,7 +652,14 @@ static int primary_context(void) {
   CHECK(c1 == c2);
   CHECK_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
   CHECK(active == 1);
+  unsigned long long id1 = 0, id2 = 0, id_cur = 0;
+  CHECK_ERR(cuCtxGetId(NULL, &id_cur), CUDA_ERROR_INVALID_CONTEXT); /* none current */
+  CHECK_CU(cuCtxGetId(c1, &id1));
+  CHECK(id1 != 0);
   CHECK_CU(cuCtxSetCurrent(c1));
+  CHECK_CU(cuCtxGetId(NULL, &id_cur)); /* NULL: the current context */
+  CHECK(id_cur == id1);
+  CHECK_ERR(cuCtxGetId(c1, NULL), CUDA_ERROR_INVALID_VALUE);
   CHECK_CU(cuMemAlloc(&p, MiB));
   CHECK_CU(cuEventCreate(&e, 0));
   CHECK_CU(cuStreamCreate(&s, 0));
@@ -669,6 +676,7 @@ static int primary_context(void) {
   CHECK(st.ctx_destroyed == 1 && st.live_allocs == 0 && st.live_bytes == 0);
   CHECK_CU(cuCtxGetCurrent(&cur));
   CHECK(cur == c1); /* still current, as on the real driver */
+  CHECK_ERR(cuCtxGetId(c1, &id2), CUDA_ERROR_CONTEXT_IS_DESTROYED); /* no id until retained again */
   CHECK_ERR(cuMemAlloc(&q, MiB), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   CHECK_ERR(cuMemGetInfo(&f, &t), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   CHECK_ERR(cuCtxGetDevice(&dev), CUDA_ERROR_CONTEXT_IS_DESTROYED);
@@ -683,9 +691,11 @@ static int primary_context(void) {
   CHECK(cuEventDestroy(e) != CUDA_SUCCESS);
   CHECK(cuStreamDestroy(s) != CUDA_SUCCESS);
   CHECK(stats().dead_context_calls == 5);
-  /* Retained again: the same handle, a new generation. */
+  /* Retained again: the same handle, a new generation and a new id. */
   CHECK_CU(cuDevicePrimaryCtxRetain(&c2, 0));
   CHECK(c2 == c1);
+  CHECK_CU(cuCtxGetId(c2, &id2));
+  CHECK(id2 != 0 && id2 != id1);
   CHECK_CU(cuMemAlloc(&q, MiB));
   CHECK_CU(cuCtxGetDevice(&dev));
   CHECK(dev == 0);
@@ -699,6 +709,7 @@ static int primary_context(void) {
   CHECK_CU(cuDevicePrimaryCtxRelease(0));
   CHECK_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
   CHECK(active == 0 && stats().ctx_destroyed == 2 && stats().live_allocs == 0);
+  CHECK_ERR(cuCtxGetId(c1, &id_cur), CUDA_ERROR_CONTEXT_IS_DESTROYED); /* the last release ends it too */
   CHECK_ERR(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
   CHECK_CU(cuDevicePrimaryCtxReset(0)); /* inactive: nothing to destroy */
   CHECK(stats().ctx_destroyed == 2);
@@ -740,9 +751,15 @@ static int ctx_destroy(void) {
   CHECK_CU(cuEventCreate(&e2, 0));
   CHECK_CU(cuStreamCreate(&s2, 0));
   CHECK(stats().live_allocs == 3);
+  unsigned long long id1 = 0, id2 = 0;
+  CHECK_CU(cuCtxGetId(c1, &id1));
+  CHECK_CU(cuCtxGetId(c2, &id2));
+  CHECK(id1 != 0 && id2 != 0 && id1 != id2); /* one id per context */
   CHECK_CU(cuCtxDestroy(c1));
   struct fake_cuda_stats_t st = stats();
   CHECK(st.ctx_destroyed == 1 && st.live_allocs == 1);
+  CHECK_ERR(cuCtxGetId(c1, &id1), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CHECK(stats().dead_context_calls == 0); /* asking a handle for its id touches nothing of the context */
   CHECK_ERR(cuMemGetAddressRange(&base, &size, p), CUDA_ERROR_NOT_FOUND);
   /* cuMemCreate memory and reservations outlive the context (cuda.h;
    * measured on an H100): still mapped, and released explicitly below. */
