@@ -49,14 +49,16 @@ void set_peer(ContextState* owner, int device, bool enable) {
 
 // What a destroyed context leaves behind: expandable pages and reservations
 // (not context memory) go back; blocks the program allocated with
-// cuMemAllocAsync die here, where the driver's pool memory would not.
-void release_dead_context(ContextState* s) {
+// cuMemAllocAsync die here, where the driver's pool memory would not (said
+// when `report_async`: the pluggable ABI's blocks, served for a stream
+// too, are not cuMemAllocAsync memory, and its caller reports them).
+void release_dead_context(ContextState* s, bool report_async) {
   CachingAllocator& a = s->allocator();
   if (const Status st = a.release_after_context_death(); st != kSuccess)
     obs::logger().error("context {} destroyed: releasing its expandable segments failed (error {}); their memory "
                         "stays reserved until the process ends",
                         static_cast<const void*>(s->context()), st);
-  if (const std::size_t n = a.live_blocks_on_streams_except(kUnorderedStreamId); n != 0)
+  if (const std::size_t n = report_async ? a.live_blocks_on_streams_except(kUnorderedStreamId) : 0; n != 0)
     obs::logger().error("context {} destroyed with {} block(s) from cuMemAllocAsync/cudaMallocAsync still "
                         "allocated: the driver keeps stream-ordered pool memory alive after its context, cachalloc "
                         "cannot (its memory belonged to the context); do not use those pointers any more",
@@ -166,12 +168,12 @@ ContextState* find_owner(DevicePtr ptr, AddressInfo* info) {
   return nullptr;
 }
 
-void forget_context(CUcontext ctx) {
+ContextState* forget_context(CUcontext ctx, bool report_async) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   ContextState* s = live_state_locked(r, ctx);
   if (s != nullptr) {
-    release_dead_context(s);
+    release_dead_context(s, report_async);
     std::erase(r.live, s);
     r.live_count.store(r.live.size(), std::memory_order_relaxed);
     r.retired.push_back(s);
@@ -183,6 +185,7 @@ void forget_context(CUcontext ctx) {
     if (g.accessor == ctx && !granted_elsewhere(r, g.peer, g.device, ctx))
       if (ContextState* owner = live_state_locked(r, g.peer)) set_peer(owner, g.device, false);
   std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == ctx || g.peer == ctx; });
+  return s;
 }
 
 void peer_access_enabled(CUcontext accessor, int accessor_device, CUcontext peer) {

@@ -116,8 +116,12 @@ ContextState* find_owner(DevicePtr ptr);
 // The same, with what that allocator knows about `ptr`.
 ContextState* find_owner(DevicePtr ptr, AddressInfo* info);
 
-// The driver destroyed `ctx`: retire its state (see above).
-void forget_context(CUcontext ctx);
+// The driver destroyed `ctx`: retire its state (see above).  Returns the
+// state retired, or nullptr when `ctx` had no live one.  `report_async`:
+// log an error when blocks served for a stream (cuMemAllocAsync) were still
+// allocated; the pluggable ABI, whose blocks all have a stream, says what
+// died itself.
+ContextState* forget_context(CUcontext ctx, bool report_async = true);
 
 // Peer access (cuCtxEnablePeerAccess from `accessor`, a context of device
 // `accessor_device`, to memory of `peer`): remembered so that the peer's

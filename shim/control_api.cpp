@@ -61,6 +61,7 @@ enum class Need {
 int check_state(Need need) {
   if (all_context_states().empty()) return CACHALLOC_ERROR_NOT_INITIALIZED;
   const Mode m = current_mode();  // decided already: a state exists
+  if (m == Mode::passive) check_primary_contexts();  // no hook saw a reset: retire a destroyed context's cache first
   if (caching(m)) return CACHALLOC_SUCCESS;  // preloaded (active) or dlopen'ed (passive)
   if (m == Mode::exiting) return need == Need::report ? CACHALLOC_SUCCESS : CACHALLOC_ERROR_DEINITIALIZED;
   return CACHALLOC_ERROR_NOT_INITIALIZED;  // disabled, forked

@@ -47,6 +47,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
   resolve(h, &d->cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
   resolve(h, &d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  resolve(h, &d->cuCtxGetId, "cuCtxGetId");
   resolve(h, &d->cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess");
   resolve(h, &d->cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess");
   resolve(h, &d->cuCtxDestroy, "cuCtxDestroy");

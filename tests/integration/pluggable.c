@@ -35,7 +35,18 @@
  *   preloaded_copy (LD_PRELOAD of LIBCACHALLOC, OTHER_COPY dlopen'ed) the
  *                  copy forwards to the preloaded library
  *   intercept_off  (LD_PRELOAD and CACHALLOC_INTERCEPT=0) the hooks pass the
- *                  program's allocations to the driver, the ABI still serves */
+ *                  program's allocations to the driver, the ABI still serves
+ *   reset          (two devices) device 0's primary context reset behind the
+ *                  dlopen'ed library's back (cuDevicePrimaryCtxReset, what
+ *                  cudaDeviceReset calls), three ways: allocating right after
+ *                  it, after the program retained the primary again (a new
+ *                  context id under the same handle), and the control API's
+ *                  empty_cache first.  Each allocation afterwards is live memory of the
+ *                  new context (the fake knows its address; a memset and copy
+ *                  round trip), frees of blocks that died with the old
+ *                  context reach nothing, no call touches the dead context
+ *                  (the fake counts them), one warning per reset, device
+ *                  1's cache untouched */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -44,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -579,6 +591,176 @@ static int preloaded(const char* lib, const char* copy, int intercept) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+
+/* What the reset case asks the driver besides D. */
+static struct {
+  PFN_cuDevicePrimaryCtxReset_v11000 reset;
+  PFN_cuDevicePrimaryCtxGetState_v7000 get_state;
+  PFN_cuCtxGetId_v12000 get_id;
+  PFN_cuMemGetAddressRange_v3020 address_range;
+  PFN_cuMemsetD8_v3020 memset8;
+  PFN_cuMemcpyDtoH_v3020 dtoh;
+} R;
+
+static unsigned long long ctx_id(CUcontext c) {
+  unsigned long long id = 0;
+  return R.get_id(c, &id) == CUDA_SUCCESS ? id : 0;
+}
+
+/* `p` (of `size` bytes) is memory the fake handed out and still holds (a
+ * live cuMemAlloc allocation of a live context covers it), and keeps what
+ * is written to it.  Device 0's primary context current. */
+static int usable(void* p, size_t size) {
+  CHECK(p != NULL);
+  CUdeviceptr base = 0;
+  size_t range = 0;
+  CHECK_CU(R.address_range(&base, &range, (CUdeviceptr)(uintptr_t)p));  /* before touching it */
+  CHECK(base <= (CUdeviceptr)(uintptr_t)p && (CUdeviceptr)(uintptr_t)p + size <= base + range);
+  static unsigned char buf[MiB];
+  const size_t n = size < sizeof buf ? size : sizeof buf;
+  CHECK_CU(R.memset8((CUdeviceptr)(uintptr_t)p, 0x5a, n));
+  memset(buf, 0, n);
+  CHECK_CU(R.dtoh(buf, (CUdeviceptr)(uintptr_t)p, n));
+  for (size_t i = 0; i < n; ++i) CHECK(buf[i] == 0x5a);
+  return 0;
+}
+
+/* How many times `needle` occurs in the file at `path`. */
+static int occurrences(const char* path, const char* needle) {
+  static char text[1 << 16];
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return -1;
+  const size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  int count = 0;
+  for (const char* at = strstr(text, needle); at != NULL; at = strstr(at + 1, needle)) ++count;
+  return count;
+}
+
+static int reset_rounds(const char* lib) {
+  if (setup(lib)) return 1;
+#define L(field, name) *(void**)&R.field = driver_api_symbol(name)
+  L(reset, "cuDevicePrimaryCtxReset_v2");
+  L(get_state, "cuDevicePrimaryCtxGetState");
+  L(get_id, "cuCtxGetId");
+  L(address_range, "cuMemGetAddressRange_v2");
+  L(memset8, "cuMemsetD8_v2");
+  L(dtoh, "cuMemcpyDtoH_v2");
+#undef L
+  CHECK(driver_api_complete(&R, sizeof R));
+  CHECK_CU(D.retain(&g_primary[1], 1));
+
+  /* Device 1: a cached block that must survive device 0's resets. */
+  void* other = C.malloc(2 * MiB, 1, NULL);
+  CHECK(other != NULL);
+  C.free(other, 2 * MiB, 1, NULL);
+
+  for (int round = 0; round < 3; ++round) {
+    /* Before: a block cached, one still allocated, one in a second segment. */
+    void* cached = C.malloc(MiB, 0, NULL);
+    void* held = C.malloc(4096, 0, NULL);
+    void* big = C.malloc(3 * MiB, 0, NULL);
+    if (usable(cached, MiB) || usable(held, 4096) || usable(big, 3 * MiB)) return 1;
+    C.free(cached, MiB, 0, NULL);
+    C.free(big, 3 * MiB, 0, NULL);
+    const unsigned long long id_before = ctx_id(g_primary[0]);
+    CHECK(id_before != 0);
+    const struct fake_cuda_stats_t st0 = stats();
+
+    CHECK_CU(R.reset(0));  /* cudaDeviceReset: every allocation of device 0 dies */
+    unsigned int flags = 0;
+    int active = 1;
+    CHECK_CU(R.get_state(0, &flags, &active));
+    CHECK(active == 0);
+    CHECK(stats().live_allocs == 1);  /* device 1's segment only */
+
+    if (round == 0) {
+      /* Allocating right away: cachalloc retains the primary again. */
+      void* p = C.malloc(MiB, 0, NULL);
+      void* q = C.malloc(3 * MiB, 0, NULL);
+      if (usable(p, MiB) || usable(q, 3 * MiB)) return 1;
+      CHECK(ctx_id(g_primary[0]) != id_before);
+      C.free(held, 4096, 0, NULL);  /* died with the old context */
+      C.free(p, MiB, 0, NULL);
+      C.free(q, 3 * MiB, 0, NULL);
+    } else if (round == 1) {
+      /* The program (cudart) retains it first: same handle, new id. */
+      CUcontext again = NULL;
+      CHECK_CU(D.retain(&again, 0));
+      CHECK(again == g_primary[0]);
+      CHECK(ctx_id(again) != 0 && ctx_id(again) != id_before);
+      C.free(held, 4096, 0, NULL);  /* a free first: dropped, nothing reaches the driver */
+      CHECK(stats().mem_free == st0.mem_free);
+      void* p = C.malloc(4096, 0, NULL);
+      if (usable(p, 4096)) return 1;
+      C.free(p, 4096, 0, NULL);
+    } else {
+      /* The control API first (cachalloc.empty_cache(0)): the dead cache
+       * is retired, not emptied into the driver, and device 0 has no live
+       * cache left to empty. */
+      CHECK_RC(C.empty_cache(0), 101);
+      CHECK(stats().mem_free == st0.mem_free);
+      C.free(held, 4096, 0, NULL);
+      void* p = C.malloc(MiB, 0, NULL);
+      if (usable(p, MiB)) return 1;
+      C.free(p, MiB, 0, NULL);
+    }
+    const struct fake_cuda_stats_t st = stats();
+    CHECK(st.dead_context_calls == 0);
+    CHECK(st.mem_free == st0.mem_free);       /* no segment of the dead context was freed */
+    CHECK(st.mem_free_invalid == 0);          /* nor any dead pointer handed to the driver */
+    CHECK(st.record_on_dead_stream == 0);
+    if (valid()) return 1;
+  }
+
+  /* Device 1 never noticed: its block comes from its cache. */
+  const unsigned long allocs = stats().mem_alloc;
+  void* again = C.malloc(2 * MiB, 1, NULL);
+  CHECK(again == other);
+  CHECK(stats().mem_alloc == allocs);
+  C.free(again, 2 * MiB, 1, NULL);
+
+  if (take_json(C.stats_json)) return 1;
+  int destroyed = 0;
+  for (const char* at = strstr(g_json, "\"context_destroyed\":true"); at != NULL;
+       at = strstr(at + 1, "\"context_destroyed\":true"))
+    ++destroyed;
+  CHECK(destroyed == 3);  /* one retired cache per reset, kept for the report */
+  CHECK(stats().dead_context_calls == 0);
+  CHECK_RC(C.empty_cache(-1), 0);
+  CHECK(stats().live_allocs == 0);
+  CHECK(stats().mem_free_invalid == 0);
+  return 0;
+}
+
+/* The reset case with stderr captured, to count cachalloc's warnings. */
+static int reset(const char* lib) {
+  char path[] = "/tmp/cachalloc-pluggable-reset-XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  fflush(stderr);
+  const int saved = dup(2);
+  CHECK(saved >= 0 && dup2(fd, 2) == 2);
+  int rc = reset_rounds(lib);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  /* What went to stderr, for the test log. */
+  FILE* f = fopen(path, "r");
+  char line[4096];
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) fputs(line, stderr);
+  if (f != NULL) fclose(f);
+  const int warnings = occurrences(path, "was destroyed behind cachalloc's back");
+  unlink(path);
+  if (rc != 0) return rc;
+  if (warnings != 3) fprintf(stderr, "expected 3 reset warnings, found %d\n", warnings);
+  CHECK(warnings == 3);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: pluggable CASE LIBCACHALLOC [OTHER_COPY]\n");
@@ -598,6 +780,7 @@ int main(int argc, char** argv) {
   else if (strcmp(c, "preloaded") == 0) rc = preloaded(lib, NULL, 1);
   else if (strcmp(c, "preloaded_copy") == 0) rc = argc > 3 ? preloaded(lib, argv[3], 1) : 2;
   else if (strcmp(c, "intercept_off") == 0) rc = preloaded(lib, NULL, 0);
+  else if (strcmp(c, "reset") == 0) rc = reset(lib);
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
