@@ -2,6 +2,8 @@
 // what outlives a context (statistics) or spans two (peer access).
 #include "context_registry.h"
 
+#include <execinfo.h>
+
 #include <algorithm>
 
 #include "log.h"
@@ -105,6 +107,22 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
   allocator_->set_observer(&obs::ProcessObserver::instance());
 }
 
+// Once per context: from here on plain frees wait for fences (free_sync:auto),
+// which costs memory; the debug log names the caller, since programs often
+// do not know which library of theirs created a stream.
+void ContextState::log_first_stream(StreamId id, bool non_blocking) {
+  auto& log = obs::logger();
+  if (!log.should_log(spdlog::level::info)) return;
+  log.info("device {}: stream {:#x} ({}) seen: with free_sync:auto, plain frees now wait for fences", device_, id,
+           non_blocking ? "non-blocking" : "blocking");
+  if (!log.should_log(spdlog::level::debug)) return;
+  void* frames[24];
+  const int n = backtrace(frames, 24);
+  log.debug("the stream's first call came from:");
+  log.flush();
+  backtrace_symbols_fd(frames, n, 2);
+}
+
 void ContextState::retire() {
   backend_.detach();
   dead_.store(true, std::memory_order_release);
@@ -112,7 +130,7 @@ void ContextState::retire() {
 
 void ContextState::note_stream(StreamId id, bool non_blocking) {
   if (id == kLegacyStreamId) return;
-  multi_stream_.store(true, std::memory_order_relaxed);
+  if (!multi_stream_.exchange(true, std::memory_order_relaxed)) [[unlikely]] log_first_stream(id, non_blocking);
   if (non_blocking) nonblocking_.add(id);
 }
 

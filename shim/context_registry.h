@@ -73,6 +73,8 @@ class ContextState {
 
  private:
   CUcontext ctx_;
+  void log_first_stream(StreamId id, bool non_blocking);
+
   int device_;
   std::size_t device_total_;
   unsigned index_;  // creation order in the process
