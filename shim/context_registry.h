@@ -3,7 +3,8 @@
 // Memory of one context is not usable in another, so each context gets its
 // own allocator and backend, created the first time an allocation is made
 // with it current.  Per context the registry also keeps what the free
-// policy needs: whether any stream but the legacy one was seen, the live
+// policy needs: whether two streams were seen that the driver does not
+// order with each other, the live
 // non-blocking streams, and frees deferred by a graph capture.
 //
 // Context lifetime: when the driver destroys a context (cuCtxDestroy, a
@@ -58,8 +59,14 @@ class ContextState {
   // Called before the real cuStreamDestroy: drops the stream and makes the
   // blocks cached on it wait for its work (the handle may be reused).
   void retire_stream(StreamId id);
-  // True once anything but the legacy default stream was seen.
-  bool multi_stream() const { return multi_stream_.load(std::memory_order_relaxed); }
+  // True once two streams were seen that the driver does not order with
+  // each other: a non-blocking stream, or a second stream besides the
+  // legacy one.  Until then every operation is ordered after every earlier
+  // one — the legacy stream's implicit synchronization orders it with one
+  // blocking stream both ways (libraries such as cuBLASLt create one) — so
+  // a block is safe to reuse at once after its free.  Read on every free
+  // (seq_cst: see leave_serial, which orders these reads with its drain).
+  bool multi_stream() const { return multi_stream_.load(); }
   // How many non-blocking streams are (as far as the hooks know) alive.
   std::size_t nonblocking_streams_live() const { return nonblocking_.size(); }
 
@@ -73,7 +80,9 @@ class ContextState {
 
  private:
   CUcontext ctx_;
-  void log_first_stream(StreamId id, bool non_blocking);
+  void leave_serial(StreamId id, bool non_blocking);
+  void drain_serial_frees();
+  void log_leaving_serial(StreamId id, bool non_blocking, bool drained);
 
   int device_;
   std::size_t device_total_;
@@ -84,6 +93,12 @@ class ContextState {
   mutable std::mutex mutex_;
   StreamSet nonblocking_;            // live non-blocking streams
   std::atomic<bool> multi_stream_{false};
+  // Until multi_stream_: the one blocking stream besides the legacy stream
+  // (0: none yet).  Guarded by serial_mutex_, which leave_serial holds
+  // through its drain so that no stream noted meanwhile runs work early.
+  std::mutex serial_mutex_;
+  StreamId sole_blocking_ = 0;
+  std::atomic<bool> serial_{true};  // !multi_stream_, cleared after the drain
   std::set<DevicePtr> deferred_;
   std::atomic<std::size_t> deferred_count_{0};
 };

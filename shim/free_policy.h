@@ -11,9 +11,12 @@
 //            per-thread default streams included) and one on each live
 //            non-blocking stream, recorded for a batch of frees when the
 //            cache misses (core/fence_path.cpp, CudaBackend::fence_record).
-//   auto   — stream while the context has seen only the legacy stream,
-//            else fence (device under compute-sanitizer, where fences
-//            recorded across threads hang inside the tool).
+//   auto   — stream while the driver orders all the context's work in one
+//            sequence (the legacy stream and at most one blocking stream:
+//            ContextState::multi_stream), else fence (device under
+//            compute-sanitizer, where fences recorded across threads hang
+//            inside the tool).  The switch synchronizes the device once, for
+//            the blocks reused at once before it (leave_serial).
 //
 // The stream-destroy hook and a fence's records take one lock
 // (stream_set.h): a fence never records on a stream being destroyed.

@@ -641,8 +641,9 @@ static int stream_query(void) {
 }
 
 /* A stream the driver did not create is not one cachalloc fences for:
- * frees stay stream-ordered (reused at once), as with the legacy stream
- * alone; with the stream created, the free waits for a fence. */
+ * frees stay stream-ordered (reused at once), as with the legacy stream and
+ * the one blocking stream main() made; with the stream created (a second
+ * blocking one), the free waits for a fence. */
 static int stream_create(void) {
   CUstream s = NULL;
   CUdeviceptr p, q;
@@ -924,5 +925,11 @@ int main(int argc, char** argv) {
   CHECK_CU(D.device_get(&dev, 0));
   CHECK_CU(D.retain(&ctx, dev));
   CHECK_CU(D.set_current(ctx));
+  /* A blocking stream from the start (as cuBLASLt makes in every PyTorch
+   * program), so that each case's own stream is a second one: frees are
+   * fenced from then on, which is what these cases inject faults into.
+   * (With random faults on, a failure here just leaves the cases serial.) */
+  CUstream anchor;
+  if (D.stream_create(&anchor, 0) == CUDA_SUCCESS) g_streams[g_nstreams++] = anchor;
   return run();
 }

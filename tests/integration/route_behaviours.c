@@ -176,12 +176,62 @@ static int check_fenced_reuse(CUstream held) {
   return 0;
 }
 
-/* A blocking stream busy with p: the legacy stream's event waits for it. */
+/* Two blocking streams, one busy with p: they are not ordered with each
+ * other, so frees are fenced; the legacy stream's event waits for both. */
 static int fence(void) {
-  CUstream s;
+  CUstream s, t;
   CHECK_CU(A->stream_create(&s, 0));
+  CHECK_CU(A->stream_create(&t, 0));
   CHECK(check_fenced_reuse(s) == 0);
   CHECK_CU(A->stream_destroy(s));
+  CHECK_CU(A->stream_destroy(t));
+  return 0;
+}
+
+/* One blocking stream besides the legacy one (cuBLASLt creates one in every
+ * PyTorch program): the legacy stream's implicit synchronization orders the
+ * two both ways, so all work runs in one sequence and a freed block is
+ * reused at once, as with the legacy stream alone: no event, no sync. */
+static int one_blocking_stream_serial(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  A->fake_hold(s, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q == p);
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.event_record == 0 && st.ctx_sync == 0 && st.event_sync == 0);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* The stream that ends the single sequence (here a non-blocking one after
+ * a blocking one) may run the blocks reused at once before it while earlier
+ * work still uses them: the device is synchronized exactly once, inside the
+ * hook that creates it, and never again; later frees are fenced. */
+static int second_stream_drains(void) {
+  CUstream s, n, m;
+  CUdeviceptr p = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  for (int i = 0; i < 8; ++i) {
+    CHECK_CU(A->mem_alloc(&p, MiB));
+    CHECK_CU(A->mem_free(p));
+  }
+  const unsigned long syncs = stats().ctx_sync;
+  CHECK(syncs == 0);
+  CHECK_CU(A->stream_create(&n, CU_STREAM_NON_BLOCKING));
+  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK_CU(A->stream_create(&m, 0));
+  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK(check_fenced_reuse(n) == 0); /* fenced now, and no synchronization */
+  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK_CU(A->stream_destroy(s));
+  CHECK_CU(A->stream_destroy(n));
+  CHECK_CU(A->stream_destroy(m));
   return 0;
 }
 
@@ -189,8 +239,9 @@ static int fence(void) {
  * owner writes it from a non-blocking stream (which does not wait for the
  * legacy stream): the fence covers the legacy stream too. */
 static int fence_legacy_reader(void) {
-  CUstream s;
-  CHECK_CU(A->stream_create(&s, 0)); /* a second (blocking) stream: frees are fenced */
+  CUstream s, t;
+  CHECK_CU(A->stream_create(&s, 0)); /* two blocking streams: frees are fenced */
+  CHECK_CU(A->stream_create(&t, 0));
   CHECK(check_fenced_reuse(NULL) == 0);
   return 0;
 }
@@ -291,11 +342,13 @@ static int policy_stream(void) {
   return 0;
 }
 
-/* free_sync:device synchronizes the context on each free, then reuses. */
+/* free_sync:device synchronizes the context on each free, then reuses (as
+ * auto does under compute-sanitizer once two streams are not ordered). */
 static int policy_device(void) {
-  CUstream s;
+  CUstream s, t;
   CUdeviceptr p = 0, q = 0;
   CHECK_CU(A->stream_create(&s, 0));
+  CHECK_CU(A->stream_create(&t, 0));
   A->fake_hold(s, 1);
   unsigned long syncs = stats().ctx_sync;
   CHECK_CU(A->mem_alloc(&p, MiB));
@@ -362,7 +415,9 @@ static int async_ptsz(void) {
  * legacy stream's event covers it. */
 static int ptsz_fence(void) {
   CUdeviceptr a = 0;
-  CHECK_CU(A->mem_alloc_async_ptsz(&a, 4096, NULL)); /* the per-thread stream is now in use */
+  CUstream s;
+  CHECK_CU(A->mem_alloc_async_ptsz(&a, 4096, NULL)); /* the per-thread stream is now in use, */
+  CHECK_CU(A->stream_create(&s, 0));                  /* and another blocking stream */
   CHECK(check_fenced_reuse(CU_STREAM_PER_THREAD) == 0);
   return 0;
 }
@@ -394,11 +449,14 @@ static int ptsz_threads(void) {
   return 0;
 }
 
-/* Only another thread used its per-thread stream: fenced on the legacy
- * stream all the same. */
+/* A blocking stream here, and another thread's per-thread stream: two
+ * blocking streams, not ordered with each other, fenced by the one event on
+ * the legacy stream. */
 static int ptsz_other_thread(void) {
   int ok = 0;
   pthread_t t;
+  CUstream s;
+  CHECK_CU(A->stream_create(&s, 0));
   CHECK(pthread_create(&t, NULL, use_ptsz_in_thread, &ok) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(ok);
@@ -749,6 +807,8 @@ static const struct behaviour behaviours[] = {
   {"fence", fence},
   {"legacy_only", legacy_only},
   {"fence_legacy_reader", fence_legacy_reader},
+  {"one_blocking_stream_serial", one_blocking_stream_serial},
+  {"second_stream_drains", second_stream_drains},
   {"expandable", expandable},
   {"expandable_plain_handles", expandable_plain_handles},
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
