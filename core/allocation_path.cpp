@@ -44,7 +44,7 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
-  Block* block = held_ != nullptr ? reuse_held(pool, rounded, stream) : nullptr;
+  Block* block = held_ != nullptr ? reuse_held(pool, rounded, size, stream) : nullptr;
   if (block == nullptr) [[unlikely]] {
     settle_held();
     Status err = kSuccess;
@@ -54,8 +54,8 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
       return err;
     }
     block = carve(block, pool, rounded);
+    activate(block, pool.small, size);
   }
-  activate(block, pool.small, size);
   *out = block->ptr;
   notify(TraceKind::alloc, block->ptr, block->size, stream);
   return kSuccess;

@@ -135,6 +135,9 @@ DeviceStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
+  // The reuse of a held block restores statistics without comparing peaks,
+  // which is exact only while no peak was lowered since its free.
+  settle_held();
   stats_.reset_peak();
 }
 
@@ -168,7 +171,11 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
   return out;
 }
 
-Block* CachingAllocator::find_live(DevicePtr ptr) const { return live_.find(ptr); }
+// (The held block keeps its entry but is not allocated.)
+Block* CachingAllocator::find_live(DevicePtr ptr) const {
+  Block* b = live_.find(ptr);
+  return b != nullptr && b->allocated ? b : nullptr;
+}
 
 bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   auto it = segments_.upper_bound(ptr);

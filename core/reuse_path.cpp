@@ -46,9 +46,10 @@ void CachingAllocator::deactivate_or_hold(Block* block) {
   stats_.active.decrease(small, 1);
   stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
   if (holdable(block)) [[likely]] {
-    hold(block);
+    hold(block);  // keeps its live-map entry
     return;
   }
+  live_.erase(block->ptr);
   return_to_pool(block);
 }
 
@@ -69,28 +70,53 @@ void CachingAllocator::hold(Block* block) {
   held_ = block;
 }
 
-// The held block for a request of `size` (rounded) bytes on `stream` from
-// `pool`, if the eager path would carve exactly it: take_free_block would
-// pick the merged block (best fit, max_split_size rules) and carve would
-// split it there.  nullptr otherwise (the caller settles and searches).
-Block* CachingAllocator::reuse_held(BlockPool& pool, std::size_t size, StreamId stream) {
+// The held block, live again, for a request of `size` bytes (`rounded`
+// after rounding) on `stream` from `pool`, if the eager path would carve
+// exactly it: take_free_block would pick the merged block (best fit,
+// max_split_size rules) and carve would split it there.  nullptr otherwise
+// (the caller settles and searches).
+//
+// Statistics: the free that held the block and this malloc change nothing
+// else in between (every other operation settles first, and so does a peak
+// reset), so each statistic but the requested bytes returns to the value it
+// had before that free, which its peak already covers: restore(), no peak
+// compared.  The block is below max_split_size (merged is), so no oversize
+// count.
+Block* CachingAllocator::reuse_held(BlockPool& pool, std::size_t rounded, std::size_t size, StreamId stream) {
   Block* block = held_;
-  if (block->size != size || block->stream != stream || block->segment->small != pool.small) return nullptr;
+  if (block->size != rounded || block->stream != stream || block->segment->small != pool.small) return nullptr;
   Block* tail = block->next;
-  const std::size_t merged = size + tail->size;
+  const std::size_t merged = rounded + tail->size;
   // (size < merged < max_split: take_free_block accepts the merged block.)
-  if (merged >= config_.max_split_size || !should_split(merged, size, pool)) return nullptr;
-  if (!held_is_best_fit(size)) return nullptr;
+  if (merged >= config_.max_split_size || !should_split(merged, rounded, pool)) return nullptr;
+  if (!held_is_best_fit(rounded)) return nullptr;
   if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;  // take_free_block's count
   held_ = nullptr;
   // carve: the tail is the split's new free block, the most recently
   // inserted of its size.
   tail->gc_stamp = pool.lookups;
-  if (tail->free_prev != nullptr && tail->free_prev->size == tail->size) {
+  if (tail->free_prev != nullptr && tail->free_prev->size == tail->size) [[unlikely]] {
     pool.blocks.erase(tail);
     pool.blocks.insert(tail);
   }
-  count_split(pool.small, block->prev != nullptr || tail->next != nullptr, size, tail->size);
+  // count_split, undoing hold()'s merge statistics.
+  const bool small = pool.small;
+  const auto bytes = static_cast<std::int64_t>(rounded);
+  if (block->prev != nullptr || tail->next != nullptr) {
+    stats_.inactive_split_bytes.decrease(small, bytes);
+  } else {
+    stats_.inactive_split.restore(small, 1);
+    stats_.inactive_split_bytes.restore(small, static_cast<std::int64_t>(tail->size));
+  }
+  // activate().
+  block->allocated = true;
+  block->requested = size;
+  block->id = ++next_id_;  // (its live-map entry stayed: hold())
+  stats_.allocation.restore(small, 1);
+  stats_.allocated_bytes.restore(small, bytes);
+  stats_.active.restore(small, 1);
+  stats_.active_bytes.restore(small, bytes);
+  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(size));  // may differ from the last request
   return block;
 }
 
@@ -112,6 +138,7 @@ bool CachingAllocator::held_is_best_fit(std::size_t size) const {
 void CachingAllocator::merge_held() {
   Block* block = held_;
   held_ = nullptr;
+  live_.erase(block->ptr);
   BlockPool& pool = pool_for(block->segment->small);
   pool.blocks.erase(block->next);
   absorb(block, block->next);
