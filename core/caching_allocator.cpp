@@ -1,6 +1,7 @@
 // caching_allocator.cpp — construction, the locked public entry points,
 // lookups, statistics and snapshots.  The algorithms live in
-// allocation_path.cpp, free_path.cpp and release_path.cpp.
+// allocation_path.cpp, free_path.cpp and release_path.cpp (malloc() and
+// free() too, beside the paths they run inline).
 #include "caching_allocator.h"
 
 #include <algorithm>
@@ -65,21 +66,6 @@ void CachingAllocator::drop_block(Block* block) {
   block->free_prev = block->free_next = nullptr;
   block->in_pool = block->deferred = false;
   spare_blocks_.push_back(block);
-}
-
-Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
-  std::lock_guard lock(mutex_);
-  return malloc_locked(out, size, stream);
-}
-
-Status CachingAllocator::free(DevicePtr ptr) {
-  std::lock_guard lock(mutex_);
-  return free_locked(ptr, {});
-}
-
-Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> streams) {
-  std::lock_guard lock(mutex_);
-  return free_locked(ptr, streams);
 }
 
 Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {

@@ -179,7 +179,9 @@ class CachingAllocator {
   };
 
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
+  Block* malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream, Status* err);
   Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
+  void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
   Block* take_live(DevicePtr ptr, Status* st);
   Block* release_live(DevicePtr ptr, Status* st);
   Block* find_live(DevicePtr ptr) const;

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "caching_allocator.h"
+#include "reuse_path.h"
 
 namespace cachalloc {
 
@@ -16,7 +16,7 @@ namespace cachalloc {
 // live-map entry to the caller (free_locked keeps it for a held block).
 // nullptr (and *st) when ptr is not a live block, or when the block was
 // exported and is now retained: then nothing more is to be done.
-Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
+[[gnu::always_inline]] inline Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
   *st = kSuccess;
   if (ptr == 0) return nullptr;
   settle_held();  // at most one block is held: the last one freed
@@ -48,7 +48,20 @@ Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
   return block;
 }
 
-Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams) {
+// Here, not in caching_allocator.cpp: free_locked and the hold
+// (reuse_path.h) inline into them.
+Status CachingAllocator::free(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, {});
+}
+
+Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> streams) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, streams);
+}
+
+[[gnu::always_inline]] inline Status CachingAllocator::free_locked(DevicePtr ptr,
+                                                                   std::span<const StreamId> fence_streams) {
   Status st = kSuccess;
   Block* block = take_live(ptr, &st);
   if (block == nullptr) return st;
@@ -58,7 +71,12 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
     return kSuccess;
   }
   live_.erase(block->ptr);
+  free_used_elsewhere(block, fence_streams);
+  return kSuccess;
+}
 
+// free_locked for a block other streams used, or that a fence must cover.
+void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams) {
   // Streams whose pending work must finish before reuse: recorded uses plus
   // the caller's fence, minus the block's own stream (ordered already).
   std::vector<StreamId> wait_on = std::move(block->stream_uses);
@@ -71,7 +89,6 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
   } else {
     park_until(block, wait_on);
   }
-  return kSuccess;
 }
 
 void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {
