@@ -1,6 +1,7 @@
 // allocation_path.cpp — from a request to a live block.
 //
-//   malloc_locked: round, obtain_block, carve.
+//   malloc_locked: round; the held block again (inline), else malloc_miss.
+//   malloc_miss:   obtain_block, carve, activate.
 //   obtain_block:  cached best fit -> blocks whose fences have completed
 //                  (looked at only now, on a miss) -> (garbage collection) -> new segment -> release one cached
 //                  segment, retry -> release all, retry.
@@ -9,8 +10,7 @@
 //   would carve exactly that block again; reuse_path.cpp)
 #include <limits>
 
-#include "caching_allocator.h"
-#include "size_policy.h"
+#include "reuse_path.h"
 
 namespace cachalloc {
 
@@ -30,7 +30,17 @@ inline void CachingAllocator::activate(Block* block, bool small, std::size_t req
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
 }
 
-Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamId stream) {
+// Here, not in caching_allocator.cpp: malloc_locked and the held block's
+// reuse (reuse_path.h) inline into it.
+Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
+  std::lock_guard lock(mutex_);
+  return malloc_locked(out, size, stream);
+}
+
+// The common case, inline in malloc(): the held block again.  Everything
+// else is malloc_miss().
+[[gnu::always_inline]] inline Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size,
+                                                                     StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
   if (size > kMaxRequestSize) [[unlikely]] {  // rounding it could only overflow
     settle_held();  // the report lists free blocks as merged
@@ -44,21 +54,30 @@ Status CachingAllocator::malloc_locked(DevicePtr* out, std::size_t size, StreamI
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
-  Block* block = held_ != nullptr ? reuse_held(pool, rounded, stream) : nullptr;
+  Block* block = held_ != nullptr ? reuse_held(pool, rounded, size, stream) : nullptr;
   if (block == nullptr) [[unlikely]] {
-    settle_held();
     Status err = kSuccess;
-    block = obtain_block(pool, rounded, stream, &err);
-    if (block == nullptr) {
-      if (err == kOutOfMemory) report_oom(size, rounded, stream);
-      return err;
-    }
-    block = carve(block, pool, rounded);
+    block = malloc_miss(pool, size, rounded, stream, &err);
+    if (block == nullptr) return err;
   }
-  activate(block, pool.small, size);
   *out = block->ptr;
   notify(TraceKind::alloc, block->ptr, block->size, stream);
   return kSuccess;
+}
+
+// A block from the pools or the device, carved and live; nullptr (and *err)
+// when there is none.
+Block* CachingAllocator::malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream,
+                                     Status* err) {
+  settle_held();
+  Block* block = obtain_block(pool, rounded, stream, err);
+  if (block == nullptr) {
+    if (*err == kOutOfMemory) report_oom(size, rounded, stream);
+    return nullptr;
+  }
+  block = carve(block, pool, rounded);
+  activate(block, pool.small, size);
+  return block;
 }
 
 Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {

@@ -33,6 +33,15 @@ class PoolStats {
     if (total > aggregate_peak_) aggregate_peak_ = total;
   }
   void decrease(bool small, std::int64_t amount) { pool_[small ? 0 : 1].current -= amount; }
+  // An increase that brings `current` back to a value it already had since
+  // the last peak reset, in this pool and in the sum (the reuse of a block
+  // that the previous free held, reuse_path.cpp): no peak can move, so
+  // none is compared.
+  void restore(bool small, std::int64_t amount) {
+    Counter& c = pool_[small ? 0 : 1];
+    c.current += amount;
+    c.allocated += amount;
+  }
 
   // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
   Stat operator[](StatType t) const;

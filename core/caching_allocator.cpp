@@ -1,6 +1,7 @@
 // caching_allocator.cpp — construction, the locked public entry points,
 // lookups, statistics and snapshots.  The algorithms live in
-// allocation_path.cpp, free_path.cpp and release_path.cpp.
+// allocation_path.cpp, free_path.cpp and release_path.cpp (malloc() and
+// free() too, beside the paths they run inline).
 #include "caching_allocator.h"
 
 #include <algorithm>
@@ -67,21 +68,6 @@ void CachingAllocator::drop_block(Block* block) {
   spare_blocks_.push_back(block);
 }
 
-Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
-  std::lock_guard lock(mutex_);
-  return malloc_locked(out, size, stream);
-}
-
-Status CachingAllocator::free(DevicePtr ptr) {
-  std::lock_guard lock(mutex_);
-  return free_locked(ptr, {});
-}
-
-Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> streams) {
-  std::lock_guard lock(mutex_);
-  return free_locked(ptr, streams);
-}
-
 Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
   std::lock_guard lock(mutex_);
   Block* block = find_live(ptr);
@@ -135,6 +121,9 @@ DeviceStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
+  // The reuse of a held block restores statistics without comparing peaks,
+  // which is exact only while no peak was lowered since its free.
+  settle_held();
   stats_.reset_peak();
 }
 
@@ -168,7 +157,11 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
   return out;
 }
 
-Block* CachingAllocator::find_live(DevicePtr ptr) const { return live_.find(ptr); }
+// (The held block keeps its entry but is not allocated.)
+Block* CachingAllocator::find_live(DevicePtr ptr) const {
+  Block* b = live_.find(ptr);
+  return b != nullptr && b->allocated ? b : nullptr;
+}
 
 bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   auto it = segments_.upper_bound(ptr);

@@ -182,7 +182,10 @@ class CachingAllocator {
   };
 
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
+  Block* malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream, Status* err);
   Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
+  void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
+  Block* take_live(DevicePtr ptr, Status* st);
   Block* release_live(DevicePtr ptr, Status* st);
   Block* find_live(DevicePtr ptr) const;
   bool inside_segment(DevicePtr ptr) const;
@@ -219,7 +222,7 @@ class CachingAllocator {
   void deactivate_or_hold(Block* block);
   bool holdable(const Block* block) const;
   void hold(Block* block);
-  Block* reuse_held(BlockPool& pool, std::size_t size, StreamId stream);
+  Block* reuse_held(BlockPool& pool, std::size_t rounded, std::size_t size, StreamId stream);
   bool held_is_best_fit(std::size_t size) const;
   // Every other operation that looks at free blocks calls this first.
   void settle_held() {
@@ -310,12 +313,14 @@ class CachingAllocator {
 
   BlockPool small_pool_{true};
   BlockPool large_pool_{false};
-  LiveMap live_;                                 // allocated blocks by address
+  LiveMap live_;                                 // allocated blocks (and held_) by address
   // The last freed block, left unmerged with its free successor because the
   // next request is likely to carve exactly it out again (reuse_path.cpp).
   // Invariants (checked by validate()), while not null:
   //  * it is free (Block::is_free()) but in no bin (in_pool clear), in a
   //    plain (not expandable) segment that holds no retained block;
+  //  * it keeps its live-map entry (find_live() skips it: not allocated), so
+  //    that its reuse inserts nothing and its settling erases it;
   //  * its successor (next) is free and in its bin; its predecessor is null
   //    or not free;
   //  * every statistic already counts it merged with that successor: for

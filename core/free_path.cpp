@@ -8,14 +8,15 @@
 #include <algorithm>
 #include <vector>
 
-#include "caching_allocator.h"
+#include "reuse_path.h"
 
 namespace cachalloc {
 
-// Takes `ptr`'s block out of the live map and the allocation statistics.
+// Takes `ptr`'s block out of the allocation statistics, leaving its
+// live-map entry to the caller (free_locked keeps it for a held block).
 // nullptr (and *st) when ptr is not a live block, or when the block was
 // exported and is now retained: then nothing more is to be done.
-Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
+[[gnu::always_inline]] inline Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
   *st = kSuccess;
   if (ptr == 0) return nullptr;
   settle_held();  // at most one block is held: the last one freed
@@ -26,7 +27,6 @@ Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
   }
   const bool small = block->segment->small;
   const auto bytes = static_cast<std::int64_t>(block->size);
-  live_.erase(block->ptr);
   block->allocated = false;
   stats_.allocation.decrease(small, 1);
   stats_.allocated_bytes.decrease(small, bytes);
@@ -34,22 +34,49 @@ Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   notify(TraceKind::free, block->ptr, block->size, block->stream);
   if (block->exported) [[unlikely]] {
+    live_.erase(block->ptr);
     retain(block);
     return nullptr;
   }
   return block;
 }
 
-Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams) {
+// take_live, and out of the live map.
+Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
+  Block* block = take_live(ptr, st);
+  if (block != nullptr) live_.erase(block->ptr);
+  return block;
+}
+
+// Here, not in caching_allocator.cpp: free_locked and the hold
+// (reuse_path.h) inline into them.
+Status CachingAllocator::free(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, {});
+}
+
+Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> streams) {
+  std::lock_guard lock(mutex_);
+  return free_locked(ptr, streams);
+}
+
+[[gnu::always_inline]] inline Status CachingAllocator::free_locked(DevicePtr ptr,
+                                                                   std::span<const StreamId> fence_streams) {
   Status st = kSuccess;
-  Block* block = release_live(ptr, &st);
+  Block* block = take_live(ptr, &st);
   if (block == nullptr) return st;
   // The common case: freed on its own stream, used on no other.
   if (block->stream_uses.empty() && fence_streams.empty()) [[likely]] {
-    deactivate_or_hold(block);
+    deactivate_or_hold(block);  // out of the live map unless held
     return kSuccess;
   }
+  live_.erase(block->ptr);
+  free_used_elsewhere(block, fence_streams);
+  return kSuccess;
+}
 
+// free_locked for a block other streams used, or that a fence must cover.
+void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams) {
   // Streams whose pending work must finish before reuse: recorded uses plus
   // the caller's fence, minus the block's own stream (ordered already).
   std::vector<StreamId> wait_on = std::move(block->stream_uses);
@@ -62,7 +89,6 @@ Status CachingAllocator::free_locked(DevicePtr ptr, std::span<const StreamId> fe
   } else {
     park_until(block, wait_on);
   }
-  return kSuccess;
 }
 
 void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {

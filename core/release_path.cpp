@@ -104,7 +104,7 @@ std::vector<DevicePtr> CachingAllocator::live_block_addresses() const {
 std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) const {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
-  live_.for_each([&](DevicePtr, const Block* block) { n += block->stream != except; });
+  live_.for_each([&](DevicePtr, const Block* block) { n += block->allocated && block->stream != except; });
   return n;
 }
 

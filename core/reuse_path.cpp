@@ -23,95 +23,19 @@
 // events or a fence is never free, so never held, and never handed out
 // early.  Expandable segments and segments holding exported memory keep
 // the eager path.
-#include "caching_allocator.h"
-#include "size_policy.h"
+//
+// The hold and the reuse run on every cached pair, so they are inline, in
+// reuse_path.h; the merge that settles a held block is here.
+#include "reuse_path.h"
 
 namespace cachalloc {
-
-// Whether `block` (just freed, out of the active count) may be held: it
-// would merge with its successor only.
-inline bool CachingAllocator::holdable(const Block* block) const {
-  const Segment* seg = block->segment;
-  if (seg->expandable || seg->retained != 0) return false;
-  const Block* next = block->next;
-  if (next == nullptr || !next->is_free()) return false;
-  return block->prev == nullptr || !block->prev->is_free();
-}
-
-// deactivate() (free_path.cpp) for a block freed on its own stream with
-// nothing to wait for: it may be held unmerged for the next request of its
-// size instead of going back to its pool.
-void CachingAllocator::deactivate_or_hold(Block* block) {
-  const bool small = block->segment->small;
-  stats_.active.decrease(small, 1);
-  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
-  if (holdable(block)) [[likely]] {
-    hold(block);
-    return;
-  }
-  return_to_pool(block);
-}
-
-// Holds `block` instead of merging it with its free successor; the
-// statistics change exactly as return_to_pool's merge would change them.
-void CachingAllocator::hold(Block* block) {
-  BlockPool& pool = pool_for(block->segment->small);
-  const Block* tail = block->next;
-  // return_to_pool: the successor stops being an inactive split block of
-  // its own; the merged block is one if its segment stays split.
-  if (block->prev != nullptr || tail->next != nullptr) {
-    stats_.inactive_split_bytes.increase(pool.small, static_cast<std::int64_t>(block->size));
-  } else {
-    stats_.inactive_split.decrease(pool.small, 1);
-    stats_.inactive_split_bytes.decrease(pool.small, static_cast<std::int64_t>(tail->size));
-  }
-  block->gc_stamp = pool.lookups;  // as the merged block's
-  held_ = block;
-}
-
-// The held block for a request of `size` (rounded) bytes on `stream` from
-// `pool`, if the eager path would carve exactly it: take_free_block would
-// pick the merged block (best fit, max_split_size rules) and carve would
-// split it there.  nullptr otherwise (the caller settles and searches).
-Block* CachingAllocator::reuse_held(BlockPool& pool, std::size_t size, StreamId stream) {
-  Block* block = held_;
-  if (block->size != size || block->stream != stream || block->segment->small != pool.small) return nullptr;
-  Block* tail = block->next;
-  const std::size_t merged = size + tail->size;
-  // (size < merged < max_split: take_free_block accepts the merged block.)
-  if (merged >= config_.max_split_size || !should_split(merged, size, pool)) return nullptr;
-  if (!held_is_best_fit(size)) return nullptr;
-  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;  // take_free_block's count
-  held_ = nullptr;
-  // carve: the tail is the split's new free block, the most recently
-  // inserted of its size.
-  tail->gc_stamp = pool.lookups;
-  if (tail->free_prev != nullptr && tail->free_prev->size == tail->size) {
-    pool.blocks.erase(tail);
-    pool.blocks.insert(tail);
-  }
-  count_split(pool.small, block->prev != nullptr || tail->next != nullptr, size, tail->size);
-  return block;
-}
-
-// Whether best fit for `size` on the held block's stream, over the bins as
-// the eager path has them (the merged block in place of the successor),
-// is the merged block: no other free block lies in [size, merged).  A
-// block of exactly the merged size loses to it (the most recently freed
-// comes first).  Conservative when the successor hides others behind it.
-bool CachingAllocator::held_is_best_fit(std::size_t size) const {
-  const Block* tail = held_->next;
-  const StreamBins* bins = held_->segment->bins;
-  if (bins->count() == 1) return true;  // the successor alone
-  const Block* other = bins->best_fit(size);
-  return other == nullptr || (other != tail && other->size >= size + tail->size);
-}
 
 // The merge that the held block's free skipped (statistics already count
 // it); settle_held() in caching_allocator.h calls it when a block is held.
 void CachingAllocator::merge_held() {
   Block* block = held_;
   held_ = nullptr;
+  live_.erase(block->ptr);
   BlockPool& pool = pool_for(block->segment->small);
   pool.blocks.erase(block->next);
   absorb(block, block->next);

@@ -103,7 +103,7 @@ void CachingAllocator::validate() const {
       check(!b->exported || b->allocated, "exported flag on a block not allocated", b->ptr);
       busy = busy || b->allocated || b->pending_events != 0;
       const bool in_live = live_.find(b->ptr) == b;
-      check(b->allocated == in_live, "allocated flag disagrees with the live map", b->ptr);
+      check((b->allocated || b == held_) == in_live, "allocated flag disagrees with the live map", b->ptr);
       const BlockPool& pool = small ? small_pool_ : large_pool_;
       const bool pooled = b->in_pool;
       if (b == held_) {
@@ -149,7 +149,7 @@ void CachingAllocator::validate() const {
   check(held_ == nullptr || held_seen, "held block in no segment", 0);
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);
-  check(live_.size() == static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current),
+  check(live_.size() == static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current) + (held_ != nullptr),
         "live map holds a block of no segment", 0);
   std::size_t queued = 0;
   for (const auto& [stream, queue] : pending_) queued += queue.size();

@@ -102,6 +102,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
       device_(device),
       device_total_(device_total),
       index_(index),
+      free_sync_(cfg.free_sync),
       backend_(driver, device, cfg.expandable_segments_handle_type) {
   backend_.set_streams(&nonblocking_);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);

@@ -40,6 +40,8 @@ class ContextState {
   int device() const { return device_; }
   std::size_t device_total() const { return device_total_; }  // bytes, from cuMemGetInfo at creation
   CachingAllocator& allocator() { return *allocator_; }
+  // config().free_sync, kept here: every cuMemFree asks.
+  FreeSync free_sync() const { return free_sync_; }
   // A process-unique id for allocation `serial` of this context's allocator,
   // as CU_POINTER_ATTRIBUTE_BUFFER_ID reports it.  Bit 62 keeps it apart
   // from the driver's own ids (a counter from 1).
@@ -87,6 +89,7 @@ class ContextState {
   int device_;
   std::size_t device_total_;
   unsigned index_;  // creation order in the process
+  FreeSync free_sync_;
   CudaBackend backend_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::atomic<bool> dead_{false};
@@ -118,7 +121,7 @@ ContextState* find_current_state(CUcontext ctx, const RealDriver* d);
 // or the driver reports an error (then the caller passes the call to the
 // driver, which reports it exactly).  Inline: every allocation and free
 // asks, and the driver's answer is almost always the context asked last.
-inline ContextState* current_context_state() {
+[[gnu::always_inline]] inline ContextState* current_context_state() {
   const RealDriver* d = real_driver();
   CUcontext ctx = nullptr;
   if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;

@@ -71,8 +71,8 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
   return ctx.allocator().free(ptr);
 }
 
-Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
-  return free_by_rule(ctx, ptr, choose_free_rule(config().free_sync, ctx));
+[[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
+  return free_by_rule(ctx, ptr, choose_free_rule(ctx.free_sync(), ctx));
 }
 
 CUresult pass_alloc_async(CUdeviceptr* out, size_t size, CUstream s, bool ptsz) {

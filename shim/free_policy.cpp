@@ -14,10 +14,9 @@ namespace cachalloc::shim {
 // process inside the tool's callbacks (docs/RELIABILITY.md: stress_patterns
 // under memcheck hung in 3 of 4 runs with fences and in 0 of 8 bare); the
 // driver's own rule, a device synchronization per cudaFree, does not.
-bool under_compute_sanitizer() {
-  static const bool yes = std::getenv("NV_SANITIZER_INJECTION_PORT_BASE") != nullptr ||
-                          std::getenv("NV_SANITIZER_INJECTION_TRANSPORT_TYPE") != nullptr;
-  return yes;
+bool detect_compute_sanitizer() {
+  return std::getenv("NV_SANITIZER_INJECTION_PORT_BASE") != nullptr ||
+         std::getenv("NV_SANITIZER_INJECTION_TRANSPORT_TYPE") != nullptr;
 }
 
 Status free_after_device_sync(ContextState& ctx, DevicePtr ptr) {
@@ -37,9 +36,9 @@ Status free_after_device_sync(ContextState& ctx, DevicePtr ptr) {
   return a.free(ptr);
 }
 
-void settle_deferred_frees(ContextState& ctx) {
-  if (!ctx.has_deferred() || capture_in_flight()) [[likely]] return;
-  for (DevicePtr ptr : ctx.take_deferred()) free_by_rule(ctx, ptr, choose_free_rule(config().free_sync, ctx));
+void settle_deferred_frees_now(ContextState& ctx) {
+  if (capture_in_flight()) return;
+  for (DevicePtr ptr : ctx.take_deferred()) free_by_rule(ctx, ptr, choose_free_rule(ctx.free_sync(), ctx));
 }
 
 }  // namespace cachalloc::shim

@@ -29,8 +29,12 @@ namespace cachalloc::shim {
 enum class FreeRule { stream, fence, device };
 
 // Whether compute-sanitizer runs the program (auto then means device:
-// fences recorded across threads hang inside the tool).
-bool under_compute_sanitizer();
+// fences recorded across threads hang inside the tool).  Read once.
+bool detect_compute_sanitizer();
+inline bool under_compute_sanitizer() {
+  static const bool yes = detect_compute_sanitizer();
+  return yes;
+}
 
 // The rule `policy` means for `ctx` right now.  (The rules and the stream
 // and fence frees are inline: they are on every cuMemFree.)
@@ -71,7 +75,11 @@ inline Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
 }
 
 // Completes deferred frees once no capture is in flight; called on the
-// allocation and free paths (one relaxed load when nothing is deferred).
-void settle_deferred_frees(ContextState& ctx);
+// allocation and free paths (one relaxed load, inline, when nothing is
+// deferred).
+void settle_deferred_frees_now(ContextState& ctx);
+inline void settle_deferred_frees(ContextState& ctx) {
+  if (ctx.has_deferred()) [[unlikely]] settle_deferred_frees_now(ctx);
+}
 
 }  // namespace cachalloc::shim

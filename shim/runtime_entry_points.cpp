@@ -79,7 +79,7 @@ bool try_free(void* ptr) {
   ContextState* ctx = ptr != nullptr ? serving_context() : nullptr;
   if (ctx == nullptr) return false;
   auto p = reinterpret_cast<DevicePtr>(ptr);
-  return free_by_rule(*ctx, p, choose_free_rule(config().free_sync, *ctx)) == kSuccess;
+  return free_by_rule(*ctx, p, choose_free_rule(ctx->free_sync(), *ctx)) == kSuccess;
 }
 
 Status try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {

@@ -1,0 +1,118 @@
+// reuse_path.h — the held block's hot half, inline: the hold at a free and
+// the reuse at the next malloc (reuse_path.cpp says what holding means).
+// Included by allocation_path.cpp and free_path.cpp, whose public entry
+// points then run a cached pair without a call inside the core.
+#pragma once
+
+#include "caching_allocator.h"
+#include "size_policy.h"
+
+namespace cachalloc {
+
+// Whether `block` (just freed, out of the active count) may be held: it
+// would merge with its successor only.
+inline bool CachingAllocator::holdable(const Block* block) const {
+  const Segment* seg = block->segment;
+  if (seg->expandable || seg->retained != 0) return false;
+  const Block* next = block->next;
+  if (next == nullptr || !next->is_free()) return false;
+  return block->prev == nullptr || !block->prev->is_free();
+}
+
+// deactivate() (free_path.cpp) for a block freed on its own stream with
+// nothing to wait for: it may be held unmerged for the next request of its
+// size instead of going back to its pool.
+[[gnu::always_inline]] inline void CachingAllocator::deactivate_or_hold(Block* block) {
+  const bool small = block->segment->small;
+  stats_.active.decrease(small, 1);
+  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
+  if (holdable(block)) [[likely]] {
+    hold(block);  // keeps its live-map entry
+    return;
+  }
+  live_.erase(block->ptr);
+  return_to_pool(block);
+}
+
+// Holds `block` instead of merging it with its free successor; the
+// statistics change exactly as return_to_pool's merge would change them.
+inline void CachingAllocator::hold(Block* block) {
+  BlockPool& pool = pool_for(block->segment->small);
+  const Block* tail = block->next;
+  // return_to_pool: the successor stops being an inactive split block of
+  // its own; the merged block is one if its segment stays split.
+  if (block->prev != nullptr || tail->next != nullptr) {
+    stats_.inactive_split_bytes.increase(pool.small, static_cast<std::int64_t>(block->size));
+  } else {
+    stats_.inactive_split.decrease(pool.small, 1);
+    stats_.inactive_split_bytes.decrease(pool.small, static_cast<std::int64_t>(tail->size));
+  }
+  block->gc_stamp = pool.lookups;  // as the merged block's
+  held_ = block;
+}
+
+// The held block, live again, for a request of `size` bytes (`rounded`
+// after rounding) on `stream` from `pool`, if the eager path would carve
+// exactly it: take_free_block would pick the merged block (best fit,
+// max_split_size rules) and carve would split it there.  nullptr otherwise
+// (the caller settles and searches).
+//
+// Statistics: the free that held the block and this malloc change nothing
+// else in between (every other operation settles first, and so does a peak
+// reset), so each statistic but the requested bytes returns to the value it
+// had before that free, which its peak already covers: restore(), no peak
+// compared.  The block is below max_split_size (merged is), so no oversize
+// count.
+[[gnu::always_inline]] inline Block* CachingAllocator::reuse_held(BlockPool& pool, std::size_t rounded,
+                                                                 std::size_t size, StreamId stream) {
+  Block* block = held_;
+  if (block->size != rounded || block->stream != stream || block->segment->small != pool.small) return nullptr;
+  Block* tail = block->next;
+  const std::size_t merged = rounded + tail->size;
+  // (size < merged < max_split: take_free_block accepts the merged block.)
+  if (merged >= config_.max_split_size || !should_split(merged, rounded, pool)) return nullptr;
+  if (!held_is_best_fit(rounded)) return nullptr;
+  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;  // take_free_block's count
+  held_ = nullptr;
+  // carve: the tail is the split's new free block, the most recently
+  // inserted of its size.
+  tail->gc_stamp = pool.lookups;
+  if (tail->free_prev != nullptr && tail->free_prev->size == tail->size) [[unlikely]] {
+    pool.blocks.erase(tail);
+    pool.blocks.insert(tail);
+  }
+  // count_split, undoing hold()'s merge statistics.
+  const bool small = pool.small;
+  const auto bytes = static_cast<std::int64_t>(rounded);
+  if (block->prev != nullptr || tail->next != nullptr) {
+    stats_.inactive_split_bytes.decrease(small, bytes);
+  } else {
+    stats_.inactive_split.restore(small, 1);
+    stats_.inactive_split_bytes.restore(small, static_cast<std::int64_t>(tail->size));
+  }
+  // activate().
+  block->allocated = true;
+  block->requested = size;
+  block->id = ++next_id_;  // (its live-map entry stayed: hold())
+  stats_.allocation.restore(small, 1);
+  stats_.allocated_bytes.restore(small, bytes);
+  stats_.active.restore(small, 1);
+  stats_.active_bytes.restore(small, bytes);
+  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(size));  // may differ from the last request
+  return block;
+}
+
+// Whether best fit for `size` on the held block's stream, over the bins as
+// the eager path has them (the merged block in place of the successor),
+// is the merged block: no other free block lies in [size, merged).  A
+// block of exactly the merged size loses to it (the most recently freed
+// comes first).  Conservative when the successor hides others behind it.
+inline bool CachingAllocator::held_is_best_fit(std::size_t size) const {
+  const Block* tail = held_->next;
+  const StreamBins* bins = held_->segment->bins;
+  if (bins->count() == 1) return true;  // the successor alone
+  const Block* other = bins->best_fit(size);
+  return other == nullptr || (other != tail && other->size >= size + tail->size);
+}
+
+}  // namespace cachalloc
