@@ -97,7 +97,10 @@ Status CachingAllocator::release_after_context_death() {
 std::vector<DevicePtr> CachingAllocator::live_block_addresses() const {
   std::lock_guard lock(mutex_);
   std::vector<DevicePtr> out;
-  live_.for_each([&](DevicePtr ptr, const Block*) { out.push_back(ptr); });
+  // (The held block keeps its entry while free: reuse_path.h.)
+  live_.for_each([&](DevicePtr ptr, const Block* block) {
+    if (block->allocated) out.push_back(ptr);
+  });
   return out;
 }
 

@@ -138,7 +138,7 @@ void ContextState::leave_serial(StreamId id, bool non_blocking) {
     return;
   }
   multi_stream_.store(true);
-  const bool drain = config().free_sync == FreeSync::automatic;
+  const bool drain = free_sync_ == FreeSync::automatic;
   if (drain) drain_serial_frees();
   serial_.store(false, std::memory_order_release);
   log_leaving_serial(id, non_blocking, drain);
