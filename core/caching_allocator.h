@@ -274,6 +274,9 @@ class CachingAllocator {
   bool reclaim_pending(std::size_t size);
   bool issue_fence();
   bool poll_fences();
+  Block* wait_for_fenced(BlockPool& pool, std::size_t size, StreamId stream);
+  struct FenceBatch;
+  void retire_fence(const FenceBatch& f);
   void wait_fences();
   void flush_deferred();
   void complete_batch(Block* blocks);
@@ -340,12 +343,14 @@ class CachingAllocator {
     FenceId fence;
     Block* blocks;
     std::size_t count;
+    std::size_t bytes;
   };
   Block* deferred_ = nullptr;
   std::size_t deferred_count_ = 0;
   std::size_t deferred_bytes_ = 0;               // of the blocks in that list
   std::deque<FenceBatch> fences_;
   std::size_t fenced_count_ = 0;                 // blocks behind fences
+  std::size_t fenced_bytes_ = 0;                 // and their bytes
   int events_per_fence_ = 1;                     // the last fence's cost
   std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the

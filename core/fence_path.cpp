@@ -84,6 +84,7 @@ bool CachingAllocator::issue_fence() {
   if (st == kNotReady) return false;
   Block* batch = deferred_;
   const std::size_t count = deferred_count_;
+  const std::size_t bytes = deferred_bytes_;
   deferred_ = nullptr;
   deferred_count_ = 0;
   deferred_bytes_ = 0;
@@ -91,8 +92,9 @@ bool CachingAllocator::issue_fence() {
     ++stats_.num_fences;
     stats_.num_fence_events += events;
     events_per_fence_ = std::max(events, 1);
-    fences_.push_back({fence, batch, count});
+    fences_.push_back({fence, batch, count, bytes});
     fenced_count_ += count;
+    fenced_bytes_ += bytes;
     return true;
   }
   if (backend_->synchronize_device() == kSuccess) {
@@ -125,10 +127,7 @@ bool CachingAllocator::poll_fences() {
     if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
         backend_->synchronize_device() != kSuccess)
       break;
-    fences_.pop_front();
-    fenced_count_ -= f.count;
-    backend_->fence_destroy(f.fence);
-    complete_batch(f.blocks);
+    retire_fence(f);
     freed = true;
   }
   return freed;
@@ -141,11 +140,39 @@ void CachingAllocator::wait_fences() {
   while (!fences_.empty()) {
     const FenceBatch f = fences_.front();
     if (backend_->fence_synchronize(f.fence) != kSuccess && backend_->synchronize_device() != kSuccess) return;
-    fences_.pop_front();
-    fenced_count_ -= f.count;
-    backend_->fence_destroy(f.fence);
-    complete_batch(f.blocks);
+    retire_fence(f);
   }
+}
+
+// The oldest fence, complete: its blocks go back to their pools.
+void CachingAllocator::retire_fence(const FenceBatch& f) {
+  fences_.pop_front();
+  fenced_count_ -= f.count;
+  fenced_bytes_ -= f.bytes;
+  backend_->fence_destroy(f.fence);
+  complete_batch(f.blocks);
+}
+
+// A miss about to grow the cache while more bytes wait behind fences than
+// the program has allocated waits for the oldest fences instead, until a
+// block fits or that is no longer so.  Without this the cache grows by all
+// the memory the program frees while the host runs ahead of the device —
+// in a PyTorch loop with a side stream, gigabytes beyond PyTorch's own peak
+// (docs/BENCHMARKS.md) — and what grows is kept for good.  The wait is on
+// an event recorded behind work already enqueued, not on the device: the
+// work enqueued after it keeps the device busy meanwhile, so a loop bound
+// by the device loses nothing; the host is held to a lead of about the
+// program's live bytes.  (Never during a capture: the backend refuses.)
+Block* CachingAllocator::wait_for_fenced(BlockPool& pool, std::size_t size, StreamId stream) {
+  while (!fences_.empty() && fenced_bytes_ >= size &&
+         fenced_bytes_ > static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current)) {
+    const FenceBatch f = fences_.front();
+    if (backend_->fence_synchronize(f.fence) != kSuccess) return nullptr;
+    ++stats_.num_fence_waits;
+    retire_fence(f);
+    if (Block* b = take_free_block(pool, size, stream)) return b;
+  }
+  return nullptr;
 }
 
 void CachingAllocator::reclaim() {

@@ -76,6 +76,7 @@ struct DeviceStats {
   std::int64_t num_deferred_frees = 0;
   std::int64_t num_fences = 0;
   std::int64_t num_fence_events = 0;
+  std::int64_t num_fence_waits = 0;  // misses that waited for a fence instead of growing
   Stat deferred_free_bytes;
 
   void reset_peak();
@@ -95,6 +96,7 @@ void reset_counters(Stats& s) {
   s.num_deferred_frees = 0;
   s.num_fences = 0;
   s.num_fence_events = 0;
+  s.num_fence_waits = 0;
 }
 
 // One (key, value) per scalar, named exactly as torch.cuda.memory_stats()

@@ -163,14 +163,19 @@ void CachingAllocator::validate() const {
   }
   check(listed == deferred_count_ && listed_bytes == deferred_bytes_, "deferred list disagrees with its counts", 0);
   std::size_t fenced = 0;
+  std::size_t fenced_bytes = 0;
   for (const FenceBatch& f : fences_) {
     std::size_t n = 0;
-    for (const Block* b = f.blocks; b != nullptr; b = b->free_next, ++n)
+    std::size_t bytes = 0;
+    for (const Block* b = f.blocks; b != nullptr; b = b->free_next, ++n) {
       check(b->deferred, "block behind a fence not marked deferred", b->ptr);
-    check(n == f.count, "fence batch disagrees with its count", 0);
+      bytes += b->size;
+    }
+    check(n == f.count && bytes == f.bytes, "fence batch disagrees with its counts", 0);
     fenced += n;
+    fenced_bytes += bytes;
   }
-  check(fenced == fenced_count_, "fenced block count disagrees with the batches", 0);
+  check(fenced == fenced_count_ && fenced_bytes == fenced_bytes_, "fenced blocks disagree with the batches", 0);
   check(listed + fenced == rc.deferred, "deferred blocks missing from the deferred list and fences", 0);
   check(queued + unsynced_.size() + listed + fenced == rc.pending_events,
         "pending event queues disagree with block counts", 0);

@@ -132,6 +132,8 @@ Status CudaBackend::fence_query(FenceId fence) {
 
 Status CudaBackend::fence_synchronize(FenceId fence) {
   if (detached()) [[unlikely]] return kContextDestroyed;
+  // cuEventSynchronize would invalidate a global or thread-local capture.
+  if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {
     const CUresult r = d_->cuEventSynchronize(f->events[f->done]);

@@ -386,6 +386,12 @@ static int mem_alloc_async(void) {
 
 /* Allocates and frees 2 rounds of 32 kept 1 MiB blocks (so the cache misses
  * and fences get recorded); *reused says whether p was handed out again. */
+/* 128 MiB kept allocated (freed by finish()): more than the churn below
+ * frees, so a miss grows rather than waits for a fence (wait_for_fenced
+ * waits only while more bytes wait than are allocated), and the cases see
+ * their fences pending. */
+static int ballast(void) { return alloc_expect(128 * MiB, CUDA_SUCCESS, NULL); }
+
 static int churn(CUdeviceptr p, int* reused) {
   enum { N = 32 };
   CUdeviceptr b[N];
@@ -408,6 +414,7 @@ static int churn(CUdeviceptr p, int* reused) {
 static int fenced_free_without_event(const char* call, CUresult err) {
   CUstream s;
   CUdeviceptr p;
+  RUN(ballast());
   RUN(new_stream(0, &s));
   D.hold(s, 1); /* a kernel on s still uses what is freed */
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
@@ -463,6 +470,7 @@ static int event_query(void) {
   CUstream s;
   CUdeviceptr p, q;
   int reused = 0;
+  RUN(ballast());
   RUN(new_stream(0, &s));
   D.hold(s, 1);
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));
@@ -529,6 +537,7 @@ static int ctx_sync(void) {
   CUstream s;
   CUdeviceptr p;
   int reused = 0;
+  RUN(ballast());
   RUN(new_stream(CU_STREAM_NON_BLOCKING, &s));
   D.hold(s, 1);
   RUN(alloc_expect(MiB, CUDA_SUCCESS, &p));

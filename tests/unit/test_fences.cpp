@@ -39,8 +39,11 @@ TEST_CASE("a miss records one fence once enough frees wait, and reclaims them wh
   AllocFixture f;
   // 21 blocks of 1 MiB + 512 B fill one 20 MiB segment's worth and a bit:
   // each gets its own place in large segments.
-  std::vector<DevicePtr> blocks;
+  std::vector<DevicePtr> blocks, live;
   for (int i = 0; i < 40; ++i) blocks.push_back(f.malloc(2 * MiB));
+  // As many bytes stay allocated as will wait: the miss below does not wait
+  // for the fence (wait_for_fenced), it grows.
+  for (int i = 0; i < 40; ++i) live.push_back(f.malloc(2 * MiB));
   const int segments = f.backend.alloc_calls;
   for (DevicePtr p : blocks) free_deferred(f, p);
   CHECK(f.backend.fence_records == 0);  // no miss yet: nothing recorded
@@ -52,6 +55,8 @@ TEST_CASE("a miss records one fence once enough frees wait, and reclaims them wh
   CHECK(f.backend.fence_records == 1);
   CHECK(f.stats().num_fences == 1);
   CHECK(f.stats().num_fence_events == 1);
+  CHECK(f.stats().num_fence_waits == 0);
+  CHECK(f.backend.event_syncs == 0);
   CHECK(f.backend.alloc_calls == segments + 1);
   CHECK(std::find(blocks.begin(), blocks.end(), p) == blocks.end());
 
@@ -63,7 +68,57 @@ TEST_CASE("a miss records one fence once enough frees wait, and reclaims them wh
   CHECK(f.stats().deferred_free_bytes.current == 0);
   CHECK(f.stats().deferred_free_bytes.peak == static_cast<std::int64_t>(40 * 2 * MiB));
   for (DevicePtr q : again) f.free(q);
+  for (DevicePtr q : live) f.free(q);
   f.free(p);
+}
+
+TEST_CASE("a miss waits for the oldest fence instead of growing while more bytes wait than are allocated") {
+  AllocFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(f.malloc(2 * MiB));
+  const DevicePtr small_live = f.malloc(4096);
+  const int segments = f.backend.alloc_calls;
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  // 80 MiB wait, 4 KiB are allocated: the miss records a fence, waits for
+  // it (an event synchronization, not the device) and reuses a block.
+  const DevicePtr p = f.malloc(2 * MiB);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.stats().num_fence_waits == 1);
+  CHECK(f.backend.event_syncs == 1);
+  CHECK(f.backend.device_syncs == 0);
+  CHECK(f.backend.alloc_calls == segments);
+  CHECK(std::find(blocks.begin(), blocks.end(), p) != blocks.end());
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  f.free(p);
+  f.free(small_live);
+}
+
+TEST_CASE("a miss does not wait for a fence it could not use, nor while fences are refused") {
+  AllocFixture f;
+  // The waiting bytes are smaller than the request: no wait, growth.
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(f.malloc(4096));
+  for (DevicePtr p : blocks) free_deferred(f, p);
+  const int segments = f.backend.alloc_calls;
+  const DevicePtr big = f.malloc(64 * MiB);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.stats().num_fence_waits == 0);
+  CHECK(f.backend.alloc_calls == segments + 1);
+  f.free(big);
+
+  // A capture in flight (fences refused): the deferred frees keep waiting.
+  AllocFixture g;
+  std::vector<DevicePtr> more;
+  for (int i = 0; i < 40; ++i) more.push_back(g.malloc(2 * MiB));
+  for (DevicePtr p : more) free_deferred(g, p);
+  g.backend.refuse_fences(true);
+  const int before = g.backend.alloc_calls;
+  const DevicePtr q = g.malloc(2 * MiB);
+  CHECK(g.stats().num_fence_waits == 0);
+  CHECK(g.backend.alloc_calls == before + 1);
+  CHECK(std::find(more.begin(), more.end(), q) == more.end());
+  g.backend.refuse_fences(false);
+  g.free(q);
 }
 
 TEST_CASE("below the batch minimum a miss grows instead of recording a fence") {
