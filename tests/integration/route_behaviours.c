@@ -196,23 +196,30 @@ static int fence(void) {
   return 0;
 }
 
-/* One blocking stream besides the legacy one (cuBLASLt creates one in every
- * PyTorch program): the legacy stream's implicit synchronization orders the
- * two both ways, so all work runs in one sequence and a freed block is
- * reused at once, as with the legacy stream alone: no event, no sync. */
-static int one_blocking_stream_serial(void) {
-  CUstream s;
+/* With `held` busy, a freed block is the next one handed out, and nothing
+ * was recorded, queried or synchronized: stream-order reuse. */
+static int check_immediate_reuse(CUstream held) {
   CUdeviceptr p = 0, q = 0;
-  CHECK_CU(A->stream_create(&s, 0));
-  A->fake_hold(s, 1);
+  A->fake_hold(held, 1);
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(A->mem_free(p));
   CHECK_CU(A->mem_alloc(&q, MiB));
   CHECK(q == p);
   struct fake_cuda_stats_t st = stats();
   CHECK(st.event_record == 0 && st.ctx_sync == 0 && st.event_sync == 0);
-  A->fake_hold(s, 0);
+  A->fake_hold(held, 0);
   CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* One blocking stream besides the legacy one (cuBLASLt creates one in every
+ * PyTorch program): the legacy stream's implicit synchronization orders the
+ * two both ways, so all work runs in one sequence and a freed block is
+ * reused at once, as with the legacy stream alone: no event, no sync. */
+static int one_blocking_stream_serial(void) {
+  CUstream s;
+  CHECK_CU(A->stream_create(&s, 0));
+  CHECK(check_immediate_reuse(s) == 0);
   CHECK_CU(A->stream_destroy(s));
   return 0;
 }
@@ -320,19 +327,7 @@ static int stream_destroyed_during_fence(void) {
 
 /* A program using only the legacy stream pays nothing: stream-ordered reuse,
  * no event, no synchronization. */
-static int legacy_only(void) {
-  CUdeviceptr p = 0, q = 0;
-  A->fake_hold(NULL, 1);
-  CHECK_CU(A->mem_alloc(&p, MiB));
-  CHECK_CU(A->mem_free(p));
-  CHECK_CU(A->mem_alloc(&q, MiB));
-  CHECK(q == p);
-  struct fake_cuda_stats_t s = stats();
-  CHECK(s.event_record == 0 && s.ctx_sync == 0 && s.event_sync == 0);
-  A->fake_hold(NULL, 0);
-  CHECK_CU(A->mem_free(q));
-  return 0;
-}
+static int legacy_only(void) { return check_immediate_reuse(NULL); }
 
 /* free_sync:stream reuses at once even with another stream busy. */
 static int policy_stream(void) {
