@@ -330,7 +330,7 @@ def counters_table(raw):
                      fmt_int(fget("num_deferred_frees")), fmt_int(fget("num_fences")),
                      fmt_int(fget("num_fence_events")),
                      fmt(mib(fget("deferred_free_bytes.peak")), " MiB") if fget("deferred_free_bytes.peak") is not None
-                     else "—", fmt(g.get("ns_per_call")), g.get("error", "") or ""])
+                     else "—", fmt(g.get("ns_per_call")), fmt(g.get("ns_own_per_call")), g.get("error", "") or ""])
     events = exact_driver_calls(used)
     note = ("Driver calls counted from cachalloc's stats dump: " + ", ".join(sorted(used) or ["none"]) +
             " (segment allocations and frees, device synchronizations, events recorded for fences).  "
@@ -340,7 +340,8 @@ def counters_table(raw):
         note += (" The dump has no counter of the events recorded for fences, so these figures are a lower "
                  "bound; a counter per driver call made on a free is needed to check the ≤ 0.1 target exactly.")
     return table(["group (alloc_bench, cachalloc)", "frees", "driver calls", "per free", "deferred frees", "fences",
-                  "fence events", "held back (peak)", "ns inside per call (stats on)", "error"],
+                  "fence events", "held back (peak)", "ns inside per call (stats on)", "of it cachalloc's own",
+                  "error"],
                  rows) + "\n\n" + note, events
 
 
@@ -377,6 +378,9 @@ class Programs:
     def ns_per_call(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("ns_per_call") for r in self.by.get((p, c), [])])
 
+    def ns_own_per_call(self, p, c):
+        return Stat([(r.get("cachalloc") or {}).get("ns_own_per_call") for r in self.by.get((p, c), [])])
+
     def dcpf(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("driver_calls_per_free") for r in self.by.get((p, c), [])])
 
@@ -412,10 +416,12 @@ def programs_tables(pr):
                 ratio = f"{st.median / pr.step(p, base).median:.3f}×"
             rows.append([CONFIG_LABEL.get(c, c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
                          fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else "—",
+                         fmt_stat(pr.ns_own_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—"])
         out.append("")
         out.append(table(["allocator", "runs", "step ms, median [min–max]", "÷ PyTorch's (same segments)",
-                          "device peak MiB (NVML)", "ns inside cachalloc per call", "driver calls per free"], rows))
+                          "device peak MiB (NVML)", "ns inside cachalloc per call",
+                          "of it cachalloc's own (less driver calls)", "driver calls per free"], rows))
         ident, detail = pr.identical(p)
         out.append(f"\nlosses{' and generated tokens' if p == 'hf_gpt2' else ''} bit-identical across "
                    f"allocators and runs: {'yes' if ident else ('no' if ident is False else '—')} ({detail})\n")
@@ -566,13 +572,21 @@ def evaluate(raw):
                 if st:
                     add("3c", f"{p}: time inside cachalloc per call ({c})", f"≤ {NS_PER_CALL:.0f} ns",
                         fmt_stat(st, " ns"), "met" if st.median <= NS_PER_CALL else "missed",
-                        "from cachalloc's own counters over the timed steps")
+                        "from cachalloc's own counters over the timed steps" + own_part(pr.ns_own_per_call(p, c)))
         ident, detail = pr.identical(p)
         if ident is not None:
             add("3d", f"{p}: losses bit-identical across allocators", "identical", "yes" if ident else "no",
                 "met" if ident else "missed", detail)
     T.sort(key=lambda t: int(re.match(r"\d+", t["id"]).group()))  # stable: 1, then 2x, then 3x per program
     return T
+
+
+def own_part(st):
+    """The 3c detail: how much of the time inside is cachalloc's own (the
+    rest is driver calls it made: new segments, fence events, waits)."""
+    if not st:
+        return ""
+    return f"; without its driver calls (new segments, events, waits): {fmt_stat(st, ' ns')}"
 
 
 def targets_table(T):
@@ -725,14 +739,20 @@ def full_report(raw, plot_links):
     return "\n".join(head) + "\n" + body(raw, plot_links) + "\n\n### Notes and errors\n\n" + notes_block(raw) + "\n"
 
 
-DOCS_BEGIN = "<!-- run-all:begin -->"
-DOCS_END = "<!-- run-all:end -->"
 
 
-def docs_section(raw, plot_links, stem):
+def markers(name):
+    """The begin and end markers of a generated block: run-all for the main
+    run, another name (--marker) for a second machine's part, such as DDP on
+    two GPUs, which one device call of the main run cannot also hold."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def docs_section(raw, plot_links, stem, marker="run-all"):
+    begin, end = markers(marker)
     meta = raw.get("meta", {})
     head = [
-        DOCS_BEGIN,
+        begin,
         f"<!-- generated by bench/report.py --markdown-for-docs from bench/results/{stem}.json; "
         "regenerate instead of editing -->",
         "",
@@ -747,17 +767,18 @@ def docs_section(raw, plot_links, stem):
     ]
     notes = notes_block(raw)
     return "\n".join(head) + "\n" + body(raw, plot_links) + ("\n\nNotes:\n\n" + notes if notes != "None." else "") + \
-        "\n" + DOCS_END + "\n"
+        "\n" + end + "\n"
 
 
 DOCS_TEMPLATE_HEADER = "## 4. All contenders in one run (`bench/run-all.sh`, issue 8)"
 
 
-def update_docs(path, section):
+def update_docs(path, section, marker="run-all"):
+    begin, end = markers(marker)
     text = open(path).read() if os.path.exists(path) else ""
-    if DOCS_BEGIN in text and DOCS_END in text:
-        a = text.index(DOCS_BEGIN)
-        b = text.index(DOCS_END) + len(DOCS_END)
+    if begin in text and end in text:
+        a = text.index(begin)
+        b = text.index(end) + len(end)
         text = text[:a] + section.rstrip("\n") + text[b:]
     else:
         text = text.rstrip("\n") + "\n\n" + DOCS_TEMPLATE_HEADER + "\n\n" + section
@@ -774,7 +795,8 @@ def summary(raw):
     for p in pr.programs():
         for c in pr.configs(p):
             out["programs"][f"{p}/{c}"] = {"step_ms": pr.step(p, c).as_dict(), "peak_mib": pr.peak(p, c).as_dict(),
-                                           "ns_per_call": pr.ns_per_call(p, c).as_dict()}
+                                           "ns_per_call": pr.ns_per_call(p, c).as_dict(),
+                                           "ns_own_per_call": pr.ns_own_per_call(p, c).as_dict()}
     return out
 
 
@@ -788,6 +810,7 @@ def main():
     ap.add_argument("--markdown-for-docs", action="store_true", help="print the docs/BENCHMARKS.md section")
     ap.add_argument("--link-prefix", default=None, help="prefix of plot links (docs: ../bench/results/)")
     ap.add_argument("--update-docs", metavar="BENCHMARKS_MD")
+    ap.add_argument("--marker", default="run-all", help="the generated block's marker name (default run-all)")
     ap.add_argument("--summary-json")
     a = ap.parse_args()
     with open(a.raw) as f:
@@ -807,9 +830,9 @@ def main():
     links = [prefix + os.path.basename(p) for p in made] or \
         ([prefix + f"{stem}-{n}.png" for n in ("threads", "live")] if docs_mode else [])
     if docs_mode:
-        section = docs_section(raw, links, stem)
+        section = docs_section(raw, links, stem, a.marker)
         if a.update_docs:
-            update_docs(a.update_docs, section)
+            update_docs(a.update_docs, section, a.marker)
             print(f"report.py: {a.update_docs} updated", file=sys.stderr)
         else:
             print(section)

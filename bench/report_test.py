@@ -104,6 +104,9 @@ def test_report():
         }
         for name, want in expect.items():
             check(status.get(name) == want, f"target {name!r}: {status.get(name)!r}, expected {want!r}")
+        check(re.search(r"time inside cachalloc per call \(cachalloc\) \|[^\n]*without its driver calls[^\n]*ns",
+                        text) is not None, "3c names cachalloc's own time apart from its driver calls")
+        check("of it cachalloc's own (less driver calls)" in text, "programs table has the own-time column")
         check(status.get("driver calls per free, any number of streams") == "**met**",
               "driver calls per free, with the fence-event counter")
         check(re.search(r"\d+ met, \d+ missed, \d+ unverified, \d+ not measured", text) is not None, "target counts")
@@ -147,6 +150,15 @@ def test_report():
             f.write("# B\n")
         run([os.path.join(HERE, "report.py"), sample, "--update-docs", doc, "--stem", "s"])
         check("## 4. All contenders in one run" in open(doc).read(), "--update-docs appends with a header")
+
+        # --marker: a second block (DDP on another machine) is replaced on its own.
+        with open(doc, "w") as f:
+            f.write("# B\n\n<!-- run-all:begin -->\nmain\n<!-- run-all:end -->\n\n"
+                    "<!-- run-all-ddp:begin -->\nold ddp\n<!-- run-all-ddp:end -->\n\nafter\n")
+        run([os.path.join(HERE, "report.py"), sample, "--update-docs", doc, "--stem", "s", "--marker", "run-all-ddp"])
+        new = open(doc).read()
+        check("\nmain\n" in new and "old ddp" not in new and new.count("<!-- run-all-ddp:begin -->") == 1 and
+              new.rstrip().endswith("after") and "### Targets" in new, "--marker replaces only its own block")
 
 
 def test_harness(host_bin):

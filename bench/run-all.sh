@@ -42,6 +42,10 @@
 #   --sections LIST          subset of micro,counters,programs (default all)
 #   --skip-build             use what $BUILD_DIR already has
 #   --no-ddp                 leave DDP out even with two GPUs
+#   --ddp-only               programs: DDP only (the 2-GPU machine's part of a
+#                            run whose one-GPU part ran on another machine)
+#   --configs LIST           program allocators (default native,cachalloc,
+#                            native_expandable,cachalloc_expandable)
 #   --dry-run                no GPU needed: the harness on host malloc and a fake
 #                            program (checks the script itself; figures meaningless)
 #   BUILD_DIR (build-gpu), JOBS (nproc), BENCH_PYTHON (python3),
@@ -58,6 +62,8 @@ PROGRAM_ROUNDS=""
 SECTIONS=micro,counters,programs
 SKIP_BUILD=0
 NO_DDP=0
+DDP_ONLY=0
+CONFIGS=""
 DRY=0
 ARGS="$*"
 while (($#)); do
@@ -69,6 +75,8 @@ while (($#)); do
     --sections) SECTIONS=$2; shift ;;
     --skip-build) SKIP_BUILD=1 ;;
     --no-ddp) NO_DDP=1 ;;
+    --ddp-only) DDP_ONLY=1 ;;
+    --configs) CONFIGS=$2; shift ;;
     --dry-run) DRY=1 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 0 ;;
     *) echo "run-all.sh: unknown argument $1 (--help)"; exit 2 ;;
@@ -282,6 +290,8 @@ else
   [[ -n $ROUNDS ]] && measure_args+=(--rounds "$ROUNDS")
   [[ -n $PROGRAM_ROUNDS ]] && measure_args+=(--program-rounds "$PROGRAM_ROUNDS")
   ((NO_DDP)) && measure_args+=(--no-ddp)
+  ((DDP_ONLY)) && measure_args+=(--ddp-only)
+  [[ -n $CONFIGS ]] && measure_args+=(--configs "$CONFIGS")
   ((DRY)) && measure_args+=(--dry-run)
   left=$(( DEADLINE - $(date +%s) ))
   ((left < 30)) && left=30

@@ -328,7 +328,7 @@ def counters_section(a, p, raw, budget, until):
             entry["device_stats"] = {k: v for d in dump.get("devices", []) for k, v in (d.get("stats") or {}).items()
                                      if k.startswith("num_") or "deferred" in k or "fence" in k or "event" in k}
             entry["driver_calls_per_free"] = s["driver_calls"] / s["frees"] if s["frees"] else None
-            entry["ns_per_call"] = s["ns_inside"] / s["calls"] if s["calls"] else None
+            entry.update(progcommon.per_call(dict(s)))
         except (OSError, ValueError) as e:
             entry["error"] = f"no stats dump ({e}); exit {rc}: {tail(out + err, 4)}"
             raw["errors"].append(f"counters: {group}: {entry['error']}")
@@ -410,8 +410,10 @@ def merge_ranks(results):
         base["peak"] = dict(base.get("peak") or {}, bytes=max(peaks), per_rank=peaks)
     cs = [x.get("cachalloc") for x in ranks if x.get("cachalloc")]
     if cs:
-        tot = {k: sum(c.get(k) or 0 for c in cs) for k in ("calls", "ns_inside", "frees", "driver_calls")}
+        tot = {k: sum(c.get(k) or 0 for c in cs) for k in ("calls", "ns_inside", "ns_in_driver", "frees",
+                                                           "driver_calls")}
         tot["ns_per_call"] = tot["ns_inside"] / tot["calls"] if tot["calls"] else None
+        tot["ns_own_per_call"] = (tot["ns_inside"] - tot["ns_in_driver"]) / tot["calls"] if tot["calls"] else None
         tot["driver_calls_per_free"] = tot["driver_calls"] / tot["frees"] if tot["frees"] else None
         tot["driver_call_counters"] = cs[0].get("driver_call_counters")
         base["cachalloc"] = tot
@@ -458,7 +460,8 @@ def programs_section(a, p, raw, budget, until):
             status = "partial"
             break
         t_round = time.time()
-        jobs = [("suite", c) for c in configs] + ([("ddp", c) for c in configs] if with_ddp else [])
+        jobs = ([] if a.ddp_only else [("suite", c) for c in configs]) + \
+            ([("ddp", c) for c in configs] if with_ddp else [])
         for kind, config in jobs:
             key = f"{kind}/{config}"
             if failures.get(key, 0) >= 2:
@@ -507,7 +510,7 @@ def exit_dumps(work, prefix):
             try:
                 with open(os.path.join(work, name)) as f:
                     s = progcommon.summarize_dump(json.load(f))
-                s["ns_per_call"] = s["ns_inside"] / s["calls"] if s["calls"] else None
+                progcommon.per_call(s)
                 s["driver_calls_per_free"] = s["driver_calls"] / s["frees"] if s["frees"] else None
                 out.append(s)
             except (OSError, ValueError):
@@ -569,6 +572,7 @@ def main():
     ap.add_argument("--phases", default=None)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--no-ddp", action="store_true")
+    ap.add_argument("--ddp-only", action="store_true", help="programs: only DDP (two GPUs)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--job-timeout", type=float, default=90)
     ap.add_argument("--program-timeout", type=float, default=150)

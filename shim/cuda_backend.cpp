@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include "capture_tracking.h"
+#include "process_state.h"
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
@@ -13,30 +14,38 @@ Status status(CUresult r) { return static_cast<Status>(r); }
 constexpr Status kContextDestroyed = CUDA_ERROR_CONTEXT_IS_DESTROYED;
 CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
 
+// Every driver call the cache makes, timed into the dump's ns_in_driver
+// when it is made inside a timed wrapper (process_state.h).
+template <class Fn, class... Args>
+CUresult call(Fn fn, Args... args) {
+  DriverTimer timed;
+  return fn(args...);
+}
+
 }  // namespace
 
 Status CudaBackend::segment_alloc(std::size_t size, DevicePtr* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   CUdeviceptr p = 0;
-  CUresult r = d_->cuMemAlloc_v2(&p, size);
+  CUresult r = call(d_->cuMemAlloc_v2, &p, size);
   if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
   return status(r);
 }
 
 Status CudaBackend::segment_free(DevicePtr ptr) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(d_->cuMemFree_v2(static_cast<CUdeviceptr>(ptr)));
+  return status(call(d_->cuMemFree_v2, static_cast<CUdeviceptr>(ptr)));
 }
 
 Status CudaBackend::mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(d_->cuMemGetInfo_v2(free_bytes, total_bytes));
+  return status(call(d_->cuMemGetInfo_v2, free_bytes, total_bytes));
 }
 
 Status CudaBackend::event_create(EventId* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   CUevent e = nullptr;
-  CUresult r = d_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  CUresult r = call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) *out = reinterpret_cast<EventId>(e);
   return status(r);
 }
@@ -50,7 +59,7 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
   if (obs::logger().should_log(spdlog::level::trace))
     obs::logger().trace("record event {} on stream {}", static_cast<const void*>(as_event(event)),
                         static_cast<const void*>(s));
-  return status(d_->cuEventRecord(as_event(event), s));
+  return status(call(d_->cuEventRecord, as_event(event), s));
 }
 
 // cuEventQuery is an unsafe call during a global/thread-local capture (it
@@ -58,22 +67,22 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
 Status CudaBackend::event_query(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
-  return status(d_->cuEventQuery(as_event(event)));
+  return status(call(d_->cuEventQuery, as_event(event)));
 }
 
 Status CudaBackend::event_synchronize(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(d_->cuEventSynchronize(as_event(event)));
+  return status(call(d_->cuEventSynchronize, as_event(event)));
 }
 
 Status CudaBackend::event_destroy(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(d_->cuEventDestroy_v2(as_event(event)));
+  return status(call(d_->cuEventDestroy_v2, as_event(event)));
 }
 
 Status CudaBackend::synchronize_device() {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(d_->cuCtxSynchronize());
+  return status(call(d_->cuCtxSynchronize));
 }
 
 CudaBackend::Fence* CudaBackend::take_fence() {
@@ -88,10 +97,10 @@ CudaBackend::Fence* CudaBackend::take_fence() {
 bool CudaBackend::record_on(Fence* f, CUstream stream) {
   if (f->used == f->events.size()) {
     CUevent e = nullptr;
-    if (d_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+    if (call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
     f->events.push_back(e);
   }
-  if (d_->cuEventRecord(f->events[f->used], stream) != CUDA_SUCCESS) return false;
+  if (call(d_->cuEventRecord, f->events[f->used], stream) != CUDA_SUCCESS) return false;
   ++f->used;
   return true;
 }
@@ -123,7 +132,7 @@ Status CudaBackend::fence_query(FenceId fence) {
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {
-    const CUresult r = d_->cuEventQuery(f->events[f->done]);
+    const CUresult r = call(d_->cuEventQuery, f->events[f->done]);
     if (r != CUDA_SUCCESS) return status(r);
     ++f->done;
   }
@@ -136,7 +145,7 @@ Status CudaBackend::fence_synchronize(FenceId fence) {
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {
-    const CUresult r = d_->cuEventSynchronize(f->events[f->done]);
+    const CUresult r = call(d_->cuEventSynchronize, f->events[f->done]);
     if (r != CUDA_SUCCESS) return status(r);
     ++f->done;
   }
@@ -172,14 +181,14 @@ Status CudaBackend::vm_granularity(std::size_t* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemGetAllocationGranularity == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
-  return status(d_->cuMemGetAllocationGranularity(out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  return status(call(d_->cuMemGetAllocationGranularity, out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 }
 
 Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressReserve == nullptr) return kNotSupported;
   CUdeviceptr p = 0;
-  CUresult r = d_->cuMemAddressReserve(&p, size, 0, 0, 0);
+  CUresult r = call(d_->cuMemAddressReserve, &p, size, 0, 0, 0);
   if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
   return status(r);
 }
@@ -187,7 +196,7 @@ Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
 Status CudaBackend::vm_release_range(DevicePtr base, std::size_t size) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressFree == nullptr) return kNotSupported;
-  return status(d_->cuMemAddressFree(static_cast<CUdeviceptr>(base), size));
+  return status(call(d_->cuMemAddressFree, static_cast<CUdeviceptr>(base), size));
 }
 
 Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
@@ -195,12 +204,12 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
   if (d_->cuMemCreate == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
   CUmemGenericAllocationHandle h = 0;
-  CUresult r = d_->cuMemCreate(&h, size, &prop, 0);
+  CUresult r = call(d_->cuMemCreate, &h, size, &prop, 0);
   if ((r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) && handle_type_ == HandleType::automatic &&
       !plain_handles_) {
     plain_handles_ = true;  // this driver or device cannot share: plain handles from now on
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    r = d_->cuMemCreate(&h, size, &prop, 0);
+    r = call(d_->cuMemCreate, &h, size, &prop, 0);
   }
   if (r == CUDA_SUCCESS) *out = static_cast<MemHandle>(h);
   return status(r);
@@ -209,21 +218,21 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
 Status CudaBackend::vm_release(MemHandle handle) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemRelease == nullptr) return kNotSupported;
-  return status(d_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)));
+  return status(call(d_->cuMemRelease, static_cast<CUmemGenericAllocationHandle>(handle)));
 }
 
 // Mapping also grants this device read/write access, as the core expects.
 Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemMap == nullptr || d_->cuMemSetAccess == nullptr) return kNotSupported;
-  CUresult r = d_->cuMemMap(static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  CUresult r = call(d_->cuMemMap, static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
   if (r != CUDA_SUCCESS) return status(r);
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = d_->cuMemSetAccess(static_cast<CUdeviceptr>(at), size, &access, 1);
-  if (r != CUDA_SUCCESS) d_->cuMemUnmap(static_cast<CUdeviceptr>(at), size);
+  r = call(d_->cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1);
+  if (r != CUDA_SUCCESS) call(d_->cuMemUnmap, static_cast<CUdeviceptr>(at), size);
   return status(r);
 }
 
@@ -236,13 +245,13 @@ Status CudaBackend::vm_set_access(DevicePtr at, std::size_t size, int device, bo
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  return status(d_->cuMemSetAccess(static_cast<CUdeviceptr>(at), size, &access, 1));
+  return status(call(d_->cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1));
 }
 
 Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemUnmap == nullptr) return kNotSupported;
-  return status(d_->cuMemUnmap(static_cast<CUdeviceptr>(at), size));
+  return status(call(d_->cuMemUnmap, static_cast<CUdeviceptr>(at), size));
 }
 
 }  // namespace cachalloc::shim

@@ -73,6 +73,9 @@ void initialize() {
 }  // namespace
 
 std::atomic<bool> g_time_wrappers{false};
+namespace detail {
+constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec"))) = false;
+}  // namespace detail
 
 Mode detail::initialize_mode() {
   std::call_once(g_init_once, initialize);

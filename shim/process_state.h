@@ -52,19 +52,59 @@ inline obs::InterposerCounters& counters() { return detail::g_counters; }
 // Set during initialization when config.stats asks for a report.
 extern std::atomic<bool> g_time_wrappers;
 
+namespace detail {
+// Whether this thread is inside a timed wrapper: DriverTimer counts only the
+// driver calls made there, so that ns_in_driver is a part of ns_inside (the
+// control API's and exit's driver calls are not in ns_inside).
+extern constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec")));
+
+inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  const auto d = std::chrono::steady_clock::now() - since;
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+}  // namespace detail
+
 // Adds the wall time of a wrapper to counters().ns_inside when timing is on.
 class WrapperTimer {
  public:
-  WrapperTimer() : on_(g_time_wrappers.load(std::memory_order_relaxed)) {
-    if (on_) start_ = std::chrono::steady_clock::now();
+  // current_mode() first: the first call of a process initializes, and it
+  // is timed too (it makes the first segment's driver calls).
+  WrapperTimer() : on_((current_mode(), g_time_wrappers.load(std::memory_order_relaxed))) {
+    if (!on_) return;
+    outer_ = detail::t_in_timed_wrapper;
+    detail::t_in_timed_wrapper = true;
+    start_ = std::chrono::steady_clock::now();
   }
   ~WrapperTimer() {
     if (!on_) return;
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
-    counters().ns_inside.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+    counters().ns_inside.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
+    detail::t_in_timed_wrapper = outer_;
   }
   WrapperTimer(const WrapperTimer&) = delete;
   WrapperTimer& operator=(const WrapperTimer&) = delete;
+
+ private:
+  bool on_;
+  bool outer_ = false;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+// Adds the wall time of one driver call made for the cache (CudaBackend) to
+// counters().ns_in_driver when it is made inside a timed wrapper: the dump
+// then tells cachalloc's own time from the driver's (a new segment's
+// cuMemAlloc costs what it costs under any allocator).
+class DriverTimer {
+ public:
+  DriverTimer() : on_(detail::t_in_timed_wrapper) {
+    if (on_) start_ = std::chrono::steady_clock::now();
+  }
+  ~DriverTimer() {
+    if (!on_) return;
+    counters().ns_in_driver.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
+    counters().driver_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  DriverTimer(const DriverTimer&) = delete;
+  DriverTimer& operator=(const DriverTimer&) = delete;
 
  private:
   bool on_;

@@ -35,6 +35,8 @@ void copy_counters(obs::ProcessReport* report) {
   for (std::size_t i = 0; i < report->passthrough.size(); ++i)
     report->passthrough[i] = c.passthrough[i].load(std::memory_order_relaxed);
   report->ns_inside = c.ns_inside.load(std::memory_order_relaxed);
+  report->ns_in_driver = c.ns_in_driver.load(std::memory_order_relaxed);
+  report->driver_calls = c.driver_calls.load(std::memory_order_relaxed);
 }
 
 }  // namespace

@@ -278,16 +278,26 @@ def summarize_dump(dump):
     dcalls, used, frees = driver_calls(dump)
     peak_reserved = sum(int((d.get("stats", {}) or {}).get("reserved_bytes.all.peak", 0))
                         for d in dump.get("devices", []) or [])
-    return {"calls": calls, "ns_inside": int(inter.get("ns_inside", 0)), "frees": frees,
+    return {"calls": calls, "ns_inside": int(inter.get("ns_inside", 0)),
+            "ns_in_driver": int(inter.get("ns_in_driver", 0)), "frees": frees,
             "driver_calls": dcalls, "driver_call_counters": used, "reserved_peak": peak_reserved,
             "fences": fence_stats(dump)}
 
 
+def per_call(s):
+    """Adds ns_per_call (time inside cachalloc per call) and ns_own_per_call
+    (the same less the driver calls it made: new segments, events, syncs)."""
+    calls = s.get("calls") or 0
+    s["ns_per_call"] = s["ns_inside"] / calls if calls else None
+    s["ns_own_per_call"] = (s["ns_inside"] - s.get("ns_in_driver", 0)) / calls if calls else None
+    return s
+
+
 def diff_summary(a, b):
     """b - a for the counters (a phase's own figures)."""
-    out = {k: b[k] - a[k] for k in ("calls", "ns_inside", "frees", "driver_calls")}
+    out = {k: b[k] - a[k] for k in ("calls", "ns_inside", "ns_in_driver", "frees", "driver_calls")}
     out["driver_call_counters"] = b["driver_call_counters"]
-    out["ns_per_call"] = out["ns_inside"] / out["calls"] if out["calls"] else None
+    per_call(out)
     out["driver_calls_per_free"] = out["driver_calls"] / out["frees"] if out["frees"] else None
     out["reserved_peak"] = b["reserved_peak"]
     fa, fb = a.get("fences", {}), b.get("fences", {})

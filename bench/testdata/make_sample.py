@@ -119,6 +119,7 @@ for r in range(5):
                     calls = 40000
                     ns = jitter(inside[p], 0.1)
                     rec["cachalloc"] = {"calls": calls, "ns_inside": int(ns * calls), "ns_per_call": ns,
+                                        "ns_in_driver": int(0.6 * ns * calls), "ns_own_per_call": 0.4 * ns,
                                         "frees": calls // 2, "driver_calls": 30 if "side" not in p else 900,
                                         "driver_calls_per_free": (30 if "side" not in p else 900) / (calls // 2),
                                         "driver_call_counters": ["num_device_alloc", "num_device_free",

@@ -27,6 +27,8 @@ void interposer_object(JsonWriter& w, const ProcessReport& r) {
     w.field(passthrough_name(static_cast<Passthrough>(p)), r.passthrough[p]);
   w.end_object();
   w.field("ns_inside", r.ns_inside);
+  w.field("ns_in_driver", r.ns_in_driver);
+  w.field("driver_calls", r.driver_calls);
   w.end_object();
 }
 

@@ -5,7 +5,7 @@
 //   {"version":1, "pid":N, "host":"...", "command_line":"...",
 //    "config":"<Config::to_string()>",
 //    "interposer":{"calls":{"<entry>":N,...}, "passthrough":{"<reason>":N,...},
-//                  "ns_inside":N},
+//                  "ns_inside":N, "ns_in_driver":N, "driver_calls":N},
 //    "devices":[{"device":0, "device_total":N,
 //                "stats":{"<torch.cuda.memory_stats() key>":N, ...},
 //                "derived":{"device_allocations_avoided":N,

@@ -42,6 +42,12 @@ struct InterposerCounters {
   std::array<std::atomic<std::uint64_t>, static_cast<int>(Entry::count)> calls{};
   std::array<std::atomic<std::uint64_t>, static_cast<int>(Passthrough::count)> passthrough{};
   std::atomic<std::uint64_t> ns_inside{0};  // wall time inside cachalloc's wrappers
+  // Of ns_inside: the wall time of the driver calls those wrappers made for
+  // the cache (segment and VM allocation and release, events, device
+  // synchronization; not the per-call context lookup), and how many.  What
+  // is left is cachalloc's own time.
+  std::atomic<std::uint64_t> ns_in_driver{0};
+  std::atomic<std::uint64_t> driver_calls{0};
 
   void count(Entry e) { calls[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
   void count(Passthrough p) { passthrough[static_cast<int>(p)].fetch_add(1, std::memory_order_relaxed); }
@@ -64,6 +70,8 @@ struct ProcessReport {
   std::array<std::uint64_t, static_cast<int>(Entry::count)> calls{};
   std::array<std::uint64_t, static_cast<int>(Passthrough::count)> passthrough{};
   std::uint64_t ns_inside = 0;
+  std::uint64_t ns_in_driver = 0;      // part of ns_inside spent in driver calls
+  std::uint64_t driver_calls = 0;      // the driver calls counted in ns_in_driver
 };
 
 }  // namespace cachalloc::obs

@@ -136,6 +136,7 @@ std::string interposer_section(const ProcessReport& r) {
               fmt::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
   }
   value_row(out, " Time inside cachalloc", duration(r.ns_inside));
+  value_row(out, fmt::format("   of which in {} driver calls", r.driver_calls), duration(r.ns_in_driver));
   out += rule('=');
   return out;
 }

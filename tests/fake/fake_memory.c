@@ -94,7 +94,17 @@ struct allocation* fake_find_allocation(CUdeviceptr p) {
 
 /* ---------------- cuMemAlloc, cuMemFree ---------------- */
 
+/* FAKE_CUDA_ALLOC_DELAY_US: each cuMemAlloc takes at least this long (a real
+ * driver's takes tens of microseconds), so that tests can check where the
+ * time inside the shim is attributed. */
+static void alloc_delay(void) {
+  static long us = -1;
+  if (us < 0) us = (long)fake_env_size("FAKE_CUDA_ALLOC_DELAY_US", 0);
+  if (us > 0) usleep((useconds_t)us);
+}
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t size) {
+  alloc_delay();
   fake_lock();
   fake_init_once();
   CUresult r = fake_fault(FAULT_MEM_ALLOC);

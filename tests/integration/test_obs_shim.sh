@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 N=10
 
 run() {  # run CONF MODE: runs the program under the shim, stdout/stderr to $dir
-  env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="$1" "$prog" "$2" "$N" \
+  env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="$1" FAKE_CUDA_ALLOC_DELAY_US=2000 "$prog" "$2" "$N" \
     > "$dir/out.txt" 2> "$dir/err.txt"
 }
 
@@ -39,6 +39,13 @@ assert s["requested_bytes.all.current"] == sum((i + 1) * 1000 for i in range(1, 
 assert s["num_ooms"] == 0
 assert d["devices"][0]["derived"]["device_allocations_avoided"] == n - s["num_device_alloc"]
 assert "test_obs_prog" in d["command_line"], d["command_line"]
+# the driver calls the cache made are timed apart (each fake cuMemAlloc
+# sleeps FAKE_CUDA_ALLOC_DELAY_US = 2000 us): a part of the time inside
+inter = d["interposer"]
+assert s["num_device_alloc"] >= 1
+assert inter["driver_calls"] >= s["num_device_alloc"], inter
+assert inter["ns_in_driver"] >= s["num_device_alloc"] * 2_000_000, inter
+assert inter["ns_in_driver"] <= inter["ns_inside"], inter
 assert d["config"].startswith("") and "stats:" in d["config"], d["config"]
 PY
 }
@@ -69,6 +76,7 @@ run "stats:stderr" exit || fail "stderr: exited $?"
 grep -qx done "$dir/out.txt" || fail "stderr: program output lost"
 grep -q 'cachalloc CUDA memory summary, device ID 0' "$dir/err.txt" || fail "stderr: no table"
 grep -q "^|    cuMemAlloc_v2  *$N |$" "$dir/err.txt" || fail "stderr: cuMemAlloc_v2 count"
+grep -q "^| *of which in [1-9][0-9]* driver calls  *[0-9.]* ms |$" "$dir/err.txt" || { cat "$dir/err.txt"; fail "stderr: driver time row"; }
 
 # unwritable path: one warning line, normal exit, output intact
 run "stats:$dir/missing-dir/stats.json" exit || fail "unwritable: exited $?"
