@@ -302,7 +302,7 @@ def threads_table(m):
         rates = [m.stat(contender, cudart, case, t, "pairs_per_s") for t in ts]
         nss = [m.stat(contender, cudart, case, t) for t in ts]
         name = {"bare": "CUDA pool" if path == "async" else "bare driver", "torch": "PyTorch",
-                "cachalloc": "**cachalloc**"}.get(contender, contender)
+                "floor": "floor (one slot per thread)", "cachalloc": "**cachalloc**"}.get(contender, contender)
         what = {"plain": "plain pair", "async": "async pair"}[path] + (", each thread its own stream" if mode == "own"
                                                                        else ", all threads on one stream")
         cells = [fmt_stat(Stat([v / 1e6 for v in r.values])) if r else "—" for r in rates]
@@ -511,10 +511,15 @@ def evaluate(raw):
         steps = [b.median / a.median for (_, a), (_, b) in zip(rates, rates[1:])]
         rising = all(x > 1.0 for x in steps)
         others = []
-        for cont, cud, c2 in (("torch", "torch", case), ("bare", S, case.replace("plain", "async"))):
+        for cont, cud, c2, label in (("torch", "torch", case, "PyTorch"),
+                                     ("bare", S, case.replace("plain", "async"), "CUDA pool"),
+                                     ("floor", S, case, "floor")):
             st = m.stat(cont, cud, c2, rates[-1][0], "pairs_per_s")
             if st:
-                others.append(f"{'PyTorch' if cont == 'torch' else 'CUDA pool'} {st.median / 1e6:.2f}")
+                others.append(f"{label} {st.median / 1e6:.2f}")
+        floor = [m.stat("floor", S, case, t, "pairs_per_s") for t in (rates[0][0], rates[-1][0])]
+        if all(floor):  # the floor shares nothing: what it loses is cudart's and the driver's
+            others.append(f"floor {rates[0][0]:.0f}→{rates[-1][0]:.0f} threads ×{floor[1].median / floor[0].median:.2f}")
         add("2g", name, "rises at every step",
             f"{rates[0][1].median / 1e6:.2f} → {rates[-1][1].median / 1e6:.2f} M pairs/s",
             "met" if rising and rates[-1][0] >= 16 else "missed",

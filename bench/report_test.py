@@ -107,6 +107,9 @@ def test_report():
         check(re.search(r"time inside cachalloc per call \(cachalloc\) \|[^\n]*without its driver calls[^\n]*ns",
                         text) is not None, "3c names cachalloc's own time apart from its driver calls")
         check("of it cachalloc's own (less driver calls)" in text, "programs table has the own-time column")
+        check("floor (one slot per thread), plain pair, each thread its own stream" in text, "threads table: the floor")
+        check(re.search(r"throughput rising 1→16 threads \(plain pair, own stream each\)[^\n]*floor 1→16 threads ×",
+                        text) is not None, "2g names the floor's own scaling")
         check(status.get("driver calls per free, any number of streams") == "**met**",
               "driver calls per free, with the fence-event counter")
         check(re.search(r"\d+ met, \d+ missed, \d+ unverified, \d+ not measured", text) is not None, "target counts")

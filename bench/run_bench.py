@@ -151,8 +151,8 @@ def micro_contenders(a, p):
         # cuMemAlloc of ~60 us); its threads only on the async path (CUDA's pool).
         out.append(("bare", "static", static, {}, all_groups,
                     base + [f"live_max_plain={p['live_max_bare']}", "thread_paths=async"]))
-        if a.floor:  # the floor serves one size from one slot: no churn, live blocks or threads
-            out.append(("floor", "static", static, floor_env, ["pair", "blocking", "nonblocking", "async"],
+        if a.floor:  # one size from one slot per thread: no churn or live blocks; threads: the ceiling
+            out.append(("floor", "static", static, floor_env, ["pair", "blocking", "nonblocking", "async", "threads"],
                         base + ["churn=0"]))
     if torchb:  # no blocking stream through c10's API
         out.append(("torch", "torch", torchb, {}, ["pair", "nonblocking", "async", "live", "threads"], base))

@@ -78,6 +78,12 @@ for r in range(5):
             ns = jitter(ns)
             samples.append({"contender": c, "cudart": cud, "group": "threads", "case": case, "param": t, "round": r,
                             "ns": ns, "reps": [], "iters": 100000, "threads": t, "pairs_per_s": round(1e9 / ns, 1)})
+    # The floor's rows without jitter (drawing more random numbers would move every figure after them).
+    for case, vals in (("threads_plain_own", [80, 45, 25, 14, 8]), ("threads_plain_shared", [80, 46, 26, 15, 9])):
+        for t, ns in zip([1, 2, 4, 8, 16], vals):
+            samples.append({"contender": "floor", "cudart": "static", "group": "threads", "case": case, "param": t,
+                            "round": r, "ns": ns, "reps": [], "iters": 100000, "threads": t,
+                            "pairs_per_s": round(1e9 / ns, 1)})
 
 counters = []
 for g, frees, dev, ev in (("pair", 62000, 6, 0), ("blocking", 61000, 8, 2400), ("nonblocking", 60000, 8, 2500),
