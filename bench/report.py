@@ -333,7 +333,8 @@ def counters_table(raw):
                      else "—", fmt(g.get("ns_per_call")), fmt(g.get("ns_own_per_call")), g.get("error", "") or ""])
     events = exact_driver_calls(used)
     note = ("Driver calls counted from cachalloc's stats dump: " + ", ".join(sorted(used) or ["none"]) +
-            " (segment allocations and frees, device synchronizations, events recorded for fences).  "
+            " (segment allocations and frees, device synchronizations, events recorded for fences, streams a "
+            "fence asked whether they were idle).  "
             "Event queries and waits (cuEventQuery/cuEventSynchronize) are included only when a `num_*event*` "
             "counter names them.  Held back: the peak of the bytes whose frees waited for a fence.")
     if not events:

@@ -52,6 +52,7 @@ DeviceStats AllocatorStats::get() const {
   d.num_deferred_frees = num_deferred_frees;
   d.num_fences = num_fences;
   d.num_fence_events = num_fence_events;
+  d.num_fence_stream_queries = num_fence_stream_queries;
   d.num_fence_waits = num_fence_waits;
   d.deferred_free_bytes = deferred_free_bytes;
   return d;

@@ -85,6 +85,7 @@ struct AllocatorStats {
   std::int64_t num_deferred_frees = 0;
   std::int64_t num_fences = 0;
   std::int64_t num_fence_events = 0;
+  std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;
   Stat deferred_free_bytes;
 

@@ -3,7 +3,7 @@
 
 namespace cachalloc {
 
-Status DeviceBackend::fence_record(FenceId* out, int* events) {
+Status DeviceBackend::fence_record(FenceId* out, FenceCost* cost) {
   EventId e = 0;
   Status st = event_create(&e);
   if (st != kSuccess) return st;
@@ -13,7 +13,7 @@ Status DeviceBackend::fence_record(FenceId* out, int* events) {
     return st;
   }
   *out = e;
-  *events = 1;
+  *cost = FenceCost{.events = 1};
   return kSuccess;
 }
 

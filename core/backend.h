@@ -35,12 +35,18 @@ class DeviceBackend {
   // cuMemFree, which promises the memory is safe to reuse whatever any
   // stream does with it).  A fence completes once all work enqueued before
   // it, on every stream that may use the device's memory, has completed.
-  // fence_record returns kSuccess (and in *events the driver events it took,
-  // the fence's cost), kNotReady when no fence can be recorded right now (a
-  // graph capture is in flight: try again later), or an error.  The default
-  // is one event on the legacy stream (StreamId 0), which orders after every
-  // blocking stream; the shim adds one per live non-blocking stream.
-  virtual Status fence_record(FenceId* out, int* events);
+  // fence_record returns kSuccess (and in *cost the driver calls it made),
+  // kNotReady when no fence can be recorded right now (a graph capture is in
+  // flight: try again later), or an error.  The default is one event on the
+  // legacy stream (StreamId 0), which orders after every blocking stream;
+  // the shim covers each live non-blocking stream too: an event on a busy
+  // one, nothing on an idle one (a stream query says so).
+  struct FenceCost {
+    int events = 0;          // events recorded
+    int stream_queries = 0;  // streams asked whether they were idle
+    int calls() const { return events + stream_queries; }
+  };
+  virtual Status fence_record(FenceId* out, FenceCost* cost);
   virtual Status fence_query(FenceId fence);        // kSuccess once complete, kNotReady before
   virtual Status fence_synchronize(FenceId fence);  // waits for it
   virtual void fence_destroy(FenceId fence);

@@ -351,7 +351,7 @@ class CachingAllocator {
   std::deque<FenceBatch> fences_;
   std::size_t fenced_count_ = 0;                 // blocks behind fences
   std::size_t fenced_bytes_ = 0;                 // and their bytes
-  int events_per_fence_ = 1;                     // the last fence's cost
+  int events_per_fence_ = 1;                     // the last fence's cost (driver calls)
   std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the
   // device synchronization failed too): each holds one pending count until

@@ -79,8 +79,8 @@ bool CachingAllocator::reclaim_pending(std::size_t size) {
 bool CachingAllocator::issue_fence() {
   if (deferred_ == nullptr) return false;
   FenceId fence = 0;
-  int events = 0;
-  const Status st = backend_->fence_record(&fence, &events);
+  DeviceBackend::FenceCost cost;
+  const Status st = backend_->fence_record(&fence, &cost);
   if (st == kNotReady) return false;
   Block* batch = deferred_;
   const std::size_t count = deferred_count_;
@@ -90,8 +90,9 @@ bool CachingAllocator::issue_fence() {
   deferred_bytes_ = 0;
   if (st == kSuccess) [[likely]] {
     ++stats_.num_fences;
-    stats_.num_fence_events += events;
-    events_per_fence_ = std::max(events, 1);
+    stats_.num_fence_events += cost.events;
+    stats_.num_fence_stream_queries += cost.stream_queries;
+    events_per_fence_ = std::max(cost.calls(), 1);
     fences_.push_back({fence, batch, count, bytes});
     fenced_count_ += count;
     fenced_bytes_ += bytes;

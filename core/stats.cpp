@@ -64,6 +64,7 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_deferred_frees", s.num_deferred_frees);
   out.emplace_back("num_fences", s.num_fences);
   out.emplace_back("num_fence_events", s.num_fence_events);
+  out.emplace_back("num_fence_stream_queries", s.num_fence_stream_queries);
   out.emplace_back("num_fence_waits", s.num_fence_waits);
   add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);
   return out;

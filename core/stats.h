@@ -71,11 +71,13 @@ struct DeviceStats {
 
   // Not in PyTorch: frees with no stream that waited for a fence
   // (CachingAllocator::free_deferred), the fences recorded for them and the
-  // driver events those took, and the bytes waiting (the memory the fences
-  // hold back; its peak is what batching costs).
+  // driver events those took, the streams they found idle by asking (and so
+  // recorded nothing on), and the bytes waiting (the memory the fences hold
+  // back; its peak is what batching costs).
   std::int64_t num_deferred_frees = 0;
   std::int64_t num_fences = 0;
   std::int64_t num_fence_events = 0;
+  std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;  // misses that waited for a fence instead of growing
   Stat deferred_free_bytes;
 
@@ -96,6 +98,7 @@ void reset_counters(Stats& s) {
   s.num_deferred_frees = 0;
   s.num_fences = 0;
   s.num_fence_events = 0;
+  s.num_fence_stream_queries = 0;
   s.num_fence_waits = 0;
 }
 

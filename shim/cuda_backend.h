@@ -40,7 +40,7 @@ class CudaBackend final : public DeviceBackend {
   // legacy stream would join or invalidate it.  Fences and their events are
   // pooled: a fence costs its event records, nothing else.  Only the
   // allocator calls these, under its lock.
-  Status fence_record(FenceId* out, int* events) override;
+  Status fence_record(FenceId* out, FenceCost* cost) override;
   Status fence_query(FenceId fence) override;
   Status fence_synchronize(FenceId fence) override;
   void fence_destroy(FenceId fence) override;
@@ -67,6 +67,7 @@ class CudaBackend final : public DeviceBackend {
     std::size_t done = 0;         // of those, known complete
   };
   bool record_on(Fence* f, CUstream stream);
+  bool cover(Fence* f, CUstream stream, int* queries);
   Fence* take_fence();
 
   CUmemAllocationProp allocation_prop() const;

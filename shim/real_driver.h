@@ -58,6 +58,7 @@ struct RealDriver {
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
+  PFN_cuStreamQuery_v2000 cuStreamQuery = nullptr;        // optional: fences skip idle streams
   PFN_cuStreamGetCtx_v9020 cuStreamGetCtx = nullptr;      // optional
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;

@@ -221,10 +221,12 @@ class PeakSampler:
 FREE_ENTRIES = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaFree", "cudaFreeAsync")
 # Device-stats keys that count driver calls made on the program's behalf:
 # segments allocated and freed, device-wide synchronizations, and the events
-# recorded for fences (num_fence_events).  Any other key naming events
-# (a future num_event_queries, say) is added too; num_fences is not (a fence
-# is counted by the events it took).  See driver_calls().
-DRIVER_CALL_KEYS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_fence_events")
+# recorded for fences (num_fence_events) and the stream queries that let a
+# fence skip idle streams (num_fence_stream_queries).  Any other key naming
+# events (a future num_event_queries, say) is added too; num_fences is not (a
+# fence is counted by the calls it took).  See driver_calls().
+DRIVER_CALL_KEYS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_fence_events",
+                    "num_fence_stream_queries")
 
 
 def _is_driver_call_key(k):

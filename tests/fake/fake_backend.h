@@ -120,11 +120,11 @@ class FakeBackend final : public DeviceBackend {
   void refuse_fences(bool on) { refuse_fences_ = on; }
   int fence_records = 0;
   int fence_events = 1;
-  Status fence_record(FenceId* out, int* events) override {
+  Status fence_record(FenceId* out, FenceCost* cost) override {
     if (refuse_fences_) return kNotReady;
     ++fence_records;
-    const Status st = DeviceBackend::fence_record(out, events);
-    if (st == kSuccess) *events = fence_events;
+    const Status st = DeviceBackend::fence_record(out, cost);
+    if (st == kSuccess) cost->events = fence_events;
     return st;
   }
   Status synchronize_device() override {

@@ -60,6 +60,7 @@ struct fake_cuda_stats_t {
   unsigned long live_reservations;  /* cuMemAddressReserve'd, not freed */
   unsigned long live_mappings;      /* cuMemMap'ed, not unmapped */
   unsigned long failures_injected;  /* calls failed by fake_cuda_fail / FAKE_CUDA_FAIL_RANDOM */
+  unsigned long stream_query;       /* cuStreamQuery(+_ptsz) calls answered */
 };
 
 /* Copies the counters. */

@@ -134,7 +134,10 @@ static CUresult stream_query(CUstream s, int ptsz) {
   fake_lock();
   CUresult r = fake_fault(FAULT_STREAM_QUERY);
   struct CUstream_st* st = fake_resolve_stream(s, ptsz);
-  if (r == CUDA_SUCCESS) r = stream_dead(st) ? fake_dead_call() : stream_busy(st) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS) {
+    fake.stats.stream_query++;
+    r = stream_dead(st) ? fake_dead_call() : stream_busy(st) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  }
   fake_unlock();
   return r;
 }

@@ -284,6 +284,25 @@ static int nonblocking_stream_fenced(void) {
   return 0;
 }
 
+/* PyTorch keeps ~128 non-blocking streams alive and runs work on one or two:
+ * a fence asks each stream whether it is idle and records events only on
+ * the legacy stream and the busy ones; reuse stays as safe as before. */
+static int idle_streams_skipped(void) {
+  enum { kIdle = 32 };
+  CUstream idle[kIdle], busy;
+  for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_create(&idle[i], CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&busy, CU_STREAM_NON_BLOCKING));
+  const unsigned long records = stats().event_record, queries = stats().stream_query;
+  CHECK(check_fenced_reuse(busy) == 0);
+  const unsigned long recorded = stats().event_record - records, asked = stats().stream_query - queries;
+  CHECK(asked >= kIdle + 1);             /* every non-blocking stream was asked... */
+  CHECK(recorded >= 2);                  /* ...the legacy and the busy one got events... */
+  CHECK(recorded * (kIdle / 4) <= asked); /* ...and the idle ones none (2 per 33 queries) */
+  for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_destroy(idle[i]));
+  CHECK_CU(A->stream_destroy(busy));
+  return 0;
+}
+
 /* Threads create and destroy non-blocking streams while this thread frees
  * and allocates, recording fences on whatever streams are live: the destroy
  * hook and the fence take one lock, so no event is ever recorded on a
@@ -817,6 +836,7 @@ static const struct behaviour behaviours[] = {
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
   {"fence_blocking_stream", fence_blocking_stream},
   {"nonblocking_stream_fenced", nonblocking_stream_fenced},
+  {"idle_streams_skipped", idle_streams_skipped},
   {"stream_destroyed_during_fence", stream_destroyed_during_fence},
   {"policy_stream", policy_stream},
   {"policy_device", policy_device},
