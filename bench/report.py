@@ -710,9 +710,20 @@ def rounds_line(raw):
     return text
 
 
+def programs_only(raw):
+    """A run of the programs section alone (--sections programs, e.g. DDP on
+    a second machine): its report leaves out the micro tables and the
+    targets only a micro run could measure, instead of 'not measured' rows."""
+    names = {s.get("name") for s in raw.get("sections", [])}
+    return "programs" in names and not names & {"micro", "counters"} and not raw.get("micro", {}).get("samples")
+
+
 def body(raw, plot_links):
     m, pr = Micro(raw), Programs(raw)
     T = evaluate(raw)
+    if programs_only(raw):
+        T = [t for t in T if t["id"].startswith("3") or t["id"] == "1"]
+        return "\n".join(["### Targets\n", targets_table(T), "\n### Real programs\n", programs_tables(pr)])
     live, _ = live_table(m)
     thr, _ = threads_table(m)
     ctab, _ = counters_table(raw)

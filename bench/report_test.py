@@ -154,6 +154,20 @@ def test_report():
         run([os.path.join(HERE, "report.py"), sample, "--update-docs", doc, "--stem", "s"])
         check("## 4. All contenders in one run" in open(doc).read(), "--update-docs appends with a header")
 
+        # A programs-only run (DDP on the 2-GPU machine): no micro tables, no
+        # "not measured" rows for what only a micro run measures.
+        ddp = json.load(open(sample))
+        ddp["sections"] = [x for x in ddp["sections"] if x["name"] in ("build", "programs", "report")]
+        ddp["micro"] = {"samples": [], "notes": [], "versions": {}, "floor_hits": [], "rounds_done": 0}
+        ddp["counters"] = {"groups": [], "notes": []}
+        ddp["programs"]["runs"] = [x for x in ddp["programs"]["runs"] if x["kind"] == "ddp"]
+        ddp_path = os.path.join(tmp, "ddp.json")
+        json.dump(ddp, open(ddp_path, "w"))
+        o = run([os.path.join(HERE, "report.py"), ddp_path, "--markdown-for-docs", "--marker", "run-all-ddp"])
+        check(o.returncode == 0 and "ddp_train: step time, cachalloc vs native" in o.stdout and
+              "not measured |" not in o.stdout and "### Allocation latency" not in o.stdout and
+              "0 not measured" in o.stdout, "a programs-only run reports its targets and programs only")
+
         # --marker: a second block (DDP on another machine) is replaced on its own.
         with open(doc, "w") as f:
             f.write("# B\n\n<!-- run-all:begin -->\nmain\n<!-- run-all:end -->\n\n"
