@@ -6,12 +6,17 @@ markdown tables, the issue-8 targets marked met or missed, and PNG plots.
     report.py RAW.json --markdown-for-docs [--link-prefix ../bench/results/]
     report.py RAW.json --update-docs docs/BENCHMARKS.md
     report.py RAW.json --summary-json OUT.json
+    report.py RAW1.json RAW2.json ... [any of the above]
+        several runs of one tree (one device call holds 10 minutes: the
+        micro rounds, the program rounds and DDP on two GPUs may be separate
+        runs, --sections / --ddp-only) reported as one: data merged, each
+        run's machine, command and rounds listed
 
 The default output (stdout, and --md) is the full report: machine, time per
 section, targets, then every table.  --markdown-for-docs prints the section
 that docs/BENCHMARKS.md carries (between the markers
 "<!-- run-all:begin -->" and "<!-- run-all:end -->"; --update-docs replaces
-what is between them in place).  Plots (--plots-dir): STEM-threads.png
+what is between them in place; --marker NAME uses "<!-- NAME:begin -->" etc.).  Plots (--plots-dir): STEM-threads.png
 (aggregate ns per pair against thread count) and STEM-live.png (ns per pair
 against live blocks), drawn with matplotlib when it can be imported, else
 with bench/minipng.py (standard library only); --no-matplotlib forces the
@@ -23,6 +28,7 @@ spread over rounds as [min–max].  Ratios are taken within the run: the
 median over rounds of the per-round ratio, with its [min–max].
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -749,6 +755,10 @@ def body(raw, plot_links):
 
 def full_report(raw, plot_links):
     meta = raw.get("meta", {})
+    if raw.get("parts"):
+        head = [f"# cachalloc benchmarks: {len(raw['parts'])} runs of one tree", ""] + parts_head(raw)
+        return "\n".join(head) + "\n" + body(raw, plot_links) + "\n\n### Notes and errors\n\n" + \
+            notes_block(raw) + "\n"
     head = [f"# cachalloc benchmarks: {meta.get('host', '?')}, {meta.get('date', '?')}", "",
             f"Machine: {machine_line(raw)}.", "",
             f"Command: `{meta.get('run_all_command', meta.get('command', '?'))}`; {rounds_line(raw)}.",
@@ -756,6 +766,56 @@ def full_report(raw, plot_links):
     return "\n".join(head) + "\n" + body(raw, plot_links) + "\n\n### Notes and errors\n\n" + notes_block(raw) + "\n"
 
 
+
+
+def merge_runs(raws, stems):
+    """Several runs of run-all.sh on one tree as one: one device call holds
+    at most 10 minutes, so five rounds of the programs, the micro rounds and
+    DDP on the 2-GPU machine are separate runs (--sections, --ddp-only).
+    Their data are concatenated; each run's head (machine, command, rounds,
+    sections) is kept in "parts" for the docs and the report."""
+    if len(raws) == 1:
+        return raws[0]
+    out = copy.deepcopy(raws[0])
+    out["parts"] = []
+    for raw, stem in zip(raws, stems):
+        mi = raw.get("micro", {})
+        out["parts"].append({"stem": stem, "meta": raw.get("meta", {}), "preset": raw.get("preset", {}),
+                             "sections": raw.get("sections", []),
+                             "micro": {k: mi.get(k) for k in ("rounds_done", "versions", "combined_groups")},
+                             "programs": {"rounds_done": raw.get("programs", {}).get("rounds_done", 0)}})
+    for raw in raws[1:]:
+        out["errors"] = out.get("errors", []) + raw.get("errors", [])
+        out["sections"] = out.get("sections", []) + raw.get("sections", [])
+        for sec, lists in (("micro", ("samples", "notes", "floor_hits")), ("counters", ("groups", "notes")),
+                           ("programs", ("runs", "notes"))):
+            mine, theirs = out.setdefault(sec, {}), raw.get(sec, {})
+            for k in lists:
+                mine[k] = (mine.get(k) or []) + (theirs.get(k) or [])
+            if "rounds_done" in theirs:
+                mine["rounds_done"] = max(mine.get("rounds_done", 0), theirs["rounds_done"])
+        out["micro"].setdefault("versions", {}).update(raw.get("micro", {}).get("versions") or {})
+    return out
+
+
+def parts_head(raw):
+    """The docs' opening for a merged report: one line per run."""
+    parts = raw["parts"]
+    lines = [f"Every figure in this section comes from {len(parts)} runs of `bench/run-all.sh` on one tree, "
+             f"cachalloc {parts[0]['meta'].get('git', '?')} (one device call holds at most 10 minutes, "
+             "so the micro rounds, the five program rounds and DDP on two GPUs are separate calls; "
+             "contenders are interleaved within each):", ""]
+    for i, part in enumerate(parts, 1):
+        m = part["meta"]
+        total = fmt(float(m["total_seconds"]), " s") if m.get("total_seconds") else "?"
+        lines.append(f"{i}. `{m.get('run_all_command', 'bench/run-all.sh')}` on {m.get('date', '?')}, host "
+                     f"{m.get('host', '?')}: {machine_line(part)} — {rounds_line(part)}; {total} in all; "
+                     f"raw data `bench/results/{part['stem']}.json`.")
+    rows = [[str(i), s.get("name"), s.get("status", ""), fmt(s.get("elapsed_s"), " s")]
+            for i, part in enumerate(parts, 1) for s in part["sections"]]
+    lines += ["", "Time per section:", "", table(["run", "section", "status", "elapsed"], rows,
+                                                 ["---:", "---", "---", "---:"]), ""]
+    return lines
 
 
 def markers(name):
@@ -768,6 +828,13 @@ def markers(name):
 def docs_section(raw, plot_links, stem, marker="run-all"):
     begin, end = markers(marker)
     meta = raw.get("meta", {})
+    if raw.get("parts"):
+        sources = " ".join(f"bench/results/{p['stem']}.json" for p in raw["parts"])
+        head = [begin, f"<!-- generated by bench/report.py --markdown-for-docs from {sources}; "
+                "regenerate instead of editing -->", ""] + parts_head(raw)
+        notes = notes_block(raw)
+        return "\n".join(head) + "\n" + body(raw, plot_links) + \
+            ("\n\nNotes:\n\n" + notes if notes != "None." else "") + "\n" + end + "\n"
     head = [
         begin,
         f"<!-- generated by bench/report.py --markdown-for-docs from bench/results/{stem}.json; "
@@ -819,7 +886,7 @@ def summary(raw):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("raw")
+    ap.add_argument("raw", nargs="+", help="run-all.sh's raw JSON; several runs of one tree are merged")
     ap.add_argument("--md", help="write the full report here")
     ap.add_argument("--plots-dir", help="write the PNG plots here")
     ap.add_argument("--stem", help="file name stem of the plots (default: the raw file's)")
@@ -830,9 +897,13 @@ def main():
     ap.add_argument("--marker", default="run-all", help="the generated block's marker name (default run-all)")
     ap.add_argument("--summary-json")
     a = ap.parse_args()
-    with open(a.raw) as f:
-        raw = json.load(f)
-    stem = a.stem or re.sub(r"\.json$", "", os.path.basename(a.raw))
+    raws = []
+    for path in a.raw:
+        with open(path) as f:
+            raws.append(json.load(f))
+    stems = [re.sub(r"\.json$", "", os.path.basename(p)) for p in a.raw]
+    raw = merge_runs(raws, stems)
+    stem = a.stem or stems[0]
     made = []
     if a.plots_dir:
         os.makedirs(a.plots_dir, exist_ok=True)

@@ -168,6 +168,24 @@ def test_report():
               "not measured |" not in o.stdout and "### Allocation latency" not in o.stdout and
               "0 not measured" in o.stdout, "a programs-only run reports its targets and programs only")
 
+        # Several runs of one tree (micro in one device call, programs in
+        # another) merge into the same tables as one run holding both.
+        pa, pb = json.load(open(sample)), json.load(open(sample))
+        pa["programs"]["runs"], pa["programs"]["rounds_done"] = [], 0
+        pa["sections"] = [x for x in pa["sections"] if x["name"] != "programs"]
+        pb["micro"] = {"samples": [], "notes": [], "versions": {}, "floor_hits": [], "rounds_done": 0}
+        pb["counters"] = {"groups": [], "notes": []}
+        pb["sections"] = [x for x in pb["sections"] if x["name"] in ("build", "programs", "report")]
+        for name, part in (("pa.json", pa), ("pb.json", pb)):
+            json.dump(part, open(os.path.join(tmp, name), "w"))
+        merged = run([os.path.join(HERE, "report.py"), os.path.join(tmp, "pa.json"), os.path.join(tmp, "pb.json"),
+                      "--markdown-for-docs", "--stem", "s"]).stdout
+        single = run([os.path.join(HERE, "report.py"), sample, "--markdown-for-docs", "--stem", "s"]).stdout
+        check("comes from 2 runs of `bench/run-all.sh` on one tree" in merged and "raw data `bench/results/pb.json`"
+              in merged, "a merged report names both runs")
+        check(merged[merged.index("### Targets"):] == single[single.index("### Targets"):],
+              "merged runs give the tables of one run holding both")
+
         # --marker: a second block (DDP on another machine) is replaced on its own.
         with open(doc, "w") as f:
             f.write("# B\n\n<!-- run-all:begin -->\nmain\n<!-- run-all:end -->\n\n"
