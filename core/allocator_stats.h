@@ -33,14 +33,18 @@ class PoolStats {
     if (total > aggregate_peak_) aggregate_peak_ = total;
   }
   void decrease(bool small, std::int64_t amount) { pool_[small ? 0 : 1].current -= amount; }
-  // An increase that brings `current` back to a value it already had since
-  // the last peak reset, in this pool and in the sum (the reuse of a block
-  // that the previous free held, reuse_path.cpp): no peak can move, so
-  // none is compared.
-  void restore(bool small, std::int64_t amount) {
+  // A decrease and an increase of `amount` that cancel (a held block's free
+  // and reuse, reuse_path.h): current and the peaks stay, only the
+  // accumulated counts move.
+  void cycle(bool small, std::int64_t amount) { pool_[small ? 0 : 1].allocated += amount; }
+  // An increase of `amount` and the decrease that undoes it: the peaks the
+  // increase would have reached, and the accumulated counts.
+  void touch(bool small, std::int64_t amount) {
     Counter& c = pool_[small ? 0 : 1];
-    c.current += amount;
     c.allocated += amount;
+    if (c.current + amount > c.peak) c.peak = c.current + amount;
+    const std::int64_t total = pool_[0].current + pool_[1].current + amount;
+    if (total > aggregate_peak_) aggregate_peak_ = total;
   }
 
   // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
