@@ -112,7 +112,7 @@ Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream
 // request takes an oversize block only if the waste stays under
 // max_non_split_rounding.
 Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, StreamId stream) {
-  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;
+  if (gc_on_) ++pool.lookups;
   Block* block = pool.blocks.best_fit(stream, size);
   if (block == nullptr) return nullptr;
   const std::size_t max_split = config_.max_split_size;

@@ -92,6 +92,18 @@ struct AllocatorStats {
   std::int64_t num_fence_waits = 0;
   Stat deferred_free_bytes;
 
+  // The reuses of a held block (reuse_path.h), per pool (small, large):
+  // each adds one to allocation's and active's accumulated counts and its
+  // bytes to allocated_bytes' and active_bytes', here rather than in four
+  // counters; get() adds them, reset_accumulated() zeroes them.
+  std::int64_t reuses[2] = {0, 0};
+  std::int64_t reused_bytes[2] = {0, 0};
+  void count_reuse(bool small, std::int64_t bytes) {
+    const int i = small ? 0 : 1;
+    ++reuses[i];
+    reused_bytes[i] += bytes;
+  }
+
   DeviceStats get() const;
   void reset_peak();
   void reset_accumulated();

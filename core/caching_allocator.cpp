@@ -166,12 +166,6 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
   return out;
 }
 
-// (The held block keeps its entry but is not allocated.)
-Block* CachingAllocator::find_live(DevicePtr ptr) const {
-  Block* b = live_.find(ptr);
-  return b != nullptr && b->allocated ? b : nullptr;
-}
-
 bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   auto it = segments_.upper_bound(ptr);
   if (it == segments_.begin()) return false;

@@ -189,7 +189,11 @@ class CachingAllocator {
   Block* count_free(Block* block);
   Block* take_live(DevicePtr ptr, Status* st);
   Block* release_live(DevicePtr ptr, Status* st);
-  Block* find_live(DevicePtr ptr) const;
+  // (The held block keeps its entry but is not allocated.  Inline: every free.)
+  Block* find_live(DevicePtr ptr) const {
+    Block* b = live_.find(ptr);
+    return b != nullptr && b->allocated ? b : nullptr;
+  }
   bool inside_segment(DevicePtr ptr) const;
   BlockPool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
 
@@ -307,6 +311,8 @@ class CachingAllocator {
 
   DeviceBackend* backend_;
   const Config config_;
+  // Garbage collection on: pools count their lookups (a bool for the hot path).
+  const bool gc_on_ = config_.garbage_collection_threshold > 0.0;
   const int device_;
   std::size_t allowed_bytes_ = 0;
   std::size_t device_total_ = 0;

@@ -52,7 +52,7 @@ inline bool CachingAllocator::holdable(const Block* block) const {
   // (size < merged < max_split: take_free_block accepts the merged block.)
   if (merged >= config_.max_split_size || !should_split(merged, rounded, pool)) return nullptr;
   if (!held_is_best_fit(rounded)) return nullptr;
-  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;  // take_free_block's count
+  if (gc_on_) ++pool.lookups;  // take_free_block's count
   held_ = nullptr;
   // carve: the tail is the split's new free block, the most recently
   // inserted of its size.
@@ -73,10 +73,7 @@ inline bool CachingAllocator::holdable(const Block* block) const {
   // take_live and deactivate, then activate().
   block->allocated = true;
   block->id = ++next_id_;  // (its live-map entry stayed: hold())
-  stats_.allocation.cycle(small, 1);
-  stats_.allocated_bytes.cycle(small, bytes);
-  stats_.active.cycle(small, 1);
-  stats_.active_bytes.cycle(small, bytes);
+  stats_.count_reuse(small, bytes);  // allocation, allocated_bytes, active, active_bytes: cycle()
   stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
   stats_.requested_bytes.increase(small, static_cast<std::int64_t>(size));  // may differ from the last request
   block->requested = size;
