@@ -47,6 +47,20 @@ class PoolStats {
     if (total > aggregate_peak_) aggregate_peak_ = total;
   }
 
+  // A decrease of `old_amount` and an increase of `amount` (a held block's
+  // free and reuse for another request size): peaks are compared only when
+  // current ends higher, since they already cover the old value.
+  void replace(bool small, std::int64_t old_amount, std::int64_t amount) {
+    Counter& c = pool_[small ? 0 : 1];
+    c.current += amount - old_amount;
+    c.allocated += amount;
+    if (amount > old_amount) [[unlikely]] {
+      if (c.current > c.peak) c.peak = c.current;
+      const std::int64_t total = pool_[0].current + pool_[1].current;
+      if (total > aggregate_peak_) aggregate_peak_ = total;
+    }
+  }
+
   // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
   Stat operator[](StatType t) const;
   StatArray get() const;

@@ -74,8 +74,8 @@ inline bool CachingAllocator::holdable(const Block* block) const {
   block->allocated = true;
   block->id = ++next_id_;  // (its live-map entry stayed: hold())
   stats_.count_reuse(small, bytes);  // allocation, allocated_bytes, active, active_bytes: cycle()
-  stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
-  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(size));  // may differ from the last request
+  stats_.requested_bytes.replace(small, static_cast<std::int64_t>(block->requested),
+                                 static_cast<std::int64_t>(size));  // may differ from the last request
   block->requested = size;
   return block;
 }
