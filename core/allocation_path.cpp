@@ -36,10 +36,17 @@ inline void CachingAllocator::activate(Block* block, bool small, std::size_t req
 // malloc_locked checks), with nothing that can throw while the lock is
 // held by hand; everything else, and a trace event, out of line, where a
 // guard takes the lock over.  (reuse_held changes nothing when it returns
-// nullptr, so malloc_locked starts afresh.)
+// nullptr, so malloc_locked starts afresh.)  malloc() itself only locks and
+// picks: both calls are tail calls, so a miss pays no register saves for
+// the reuse.
 Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
   mutex_.lock();
-  if (held_ != nullptr && out != nullptr && size != 0 && size <= kMaxRequestSize && pending_count_ == 0 &&
+  if (held_ != nullptr) [[likely]] return malloc_held(out, size, stream);
+  return malloc_slow(out, size, stream);
+}
+
+Status CachingAllocator::malloc_held(DevicePtr* out, std::size_t size, StreamId stream) {
+  if (out != nullptr && size != 0 && size <= kMaxRequestSize && pending_count_ == 0 &&
       unsynced_.empty()) [[likely]] {
     const std::size_t rounded = round_size(size, config_);
     if (Block* block = reuse_held(pool_for(is_small_request(rounded)), rounded, size, stream)) [[likely]] {

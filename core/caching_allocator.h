@@ -184,6 +184,7 @@ class CachingAllocator {
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
   // malloc() beyond the held block's reuse, and its trace event: they take
   // over the lock malloc() holds (noinline: the common case stays lean).
+  [[gnu::noinline]] Status malloc_held(DevicePtr* out, std::size_t size, StreamId stream);
   [[gnu::noinline]] Status malloc_slow(DevicePtr* out, std::size_t size, StreamId stream);
   [[gnu::noinline]] Status notify_alloc_unlock(Block* block, StreamId stream);
   Block* malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream, Status* err);

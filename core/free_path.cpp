@@ -25,7 +25,7 @@ namespace cachalloc {
 // Takes a live block out of the allocation statistics, leaving its
 // live-map entry to the caller.  nullptr when the block was exported and
 // is now retained: then nothing more is to be done.
-Block* CachingAllocator::count_free(Block* block) {
+[[gnu::always_inline]] inline Block* CachingAllocator::count_free(Block* block) {
   const bool small = block->segment->small;
   const auto bytes = static_cast<std::int64_t>(block->size);
   block->allocated = false;
