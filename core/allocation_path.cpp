@@ -30,11 +30,44 @@ inline void CachingAllocator::activate(Block* block, bool small, std::size_t req
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
 }
 
-// Here, not in caching_allocator.cpp: malloc_locked and the held block's
-// reuse (reuse_path.h) inline into it.
+// Here, not in caching_allocator.cpp: the held block's reuse
+// (reuse_path.h) inlines into it.  The common case first, mimalloc style:
+// the held block again for a request that nothing else waits before (as
+// malloc_locked checks), with nothing that can throw while the lock is
+// held by hand; everything else, and a trace event, out of line, where a
+// guard takes the lock over.  (reuse_held changes nothing when it returns
+// nullptr, so malloc_locked starts afresh.)  malloc() itself only locks and
+// picks: both calls are tail calls, so a miss pays no register saves for
+// the reuse.
 Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId stream) {
-  std::lock_guard lock(mutex_);
+  mutex_.lock();
+  if (held_ != nullptr) [[likely]] return malloc_held(out, size, stream);
+  return malloc_slow(out, size, stream);
+}
+
+Status CachingAllocator::malloc_held(DevicePtr* out, std::size_t size, StreamId stream) {
+  if (out != nullptr && size != 0 && size <= kMaxRequestSize && pending_count_ == 0 &&
+      unsynced_.empty()) [[likely]] {
+    const std::size_t rounded = round_size(size, config_);
+    if (Block* block = reuse_held(pool_for(is_small_request(rounded)), rounded, size, stream)) [[likely]] {
+      *out = block->ptr;
+      if (observer_ != nullptr && observer_->wants_events()) [[unlikely]] return notify_alloc_unlock(block, stream);
+      mutex_.unlock();
+      return kSuccess;
+    }
+  }
+  return malloc_slow(out, size, stream);
+}
+
+Status CachingAllocator::malloc_slow(DevicePtr* out, std::size_t size, StreamId stream) {
+  std::lock_guard lock(mutex_, std::adopt_lock);
   return malloc_locked(out, size, stream);
+}
+
+Status CachingAllocator::notify_alloc_unlock(Block* block, StreamId stream) {
+  std::lock_guard lock(mutex_, std::adopt_lock);
+  send_event(TraceKind::alloc, block->ptr, block->size, stream);
+  return kSuccess;
 }
 
 // The common case, inline in malloc(): the held block again.  Everything
@@ -112,7 +145,7 @@ Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream
 // request takes an oversize block only if the waste stays under
 // max_non_split_rounding.
 Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, StreamId stream) {
-  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;
+  if (gc_on_) ++pool.lookups;
   Block* block = pool.blocks.best_fit(stream, size);
   if (block == nullptr) return nullptr;
   const std::size_t max_split = config_.max_split_size;

@@ -30,15 +30,24 @@ void PoolStats::reset_accumulated() {
   }
 }
 
+namespace {
+// `p` with the held block's reuses added to its accumulated counts.
+StatArray with_reuses(PoolStats p, const std::int64_t (&n)[2]) {
+  p.cycle(true, n[0]);
+  p.cycle(false, n[1]);
+  return p.get();
+}
+}  // namespace
+
 DeviceStats AllocatorStats::get() const {
   DeviceStats d;
-  d.allocation = allocation.get();
+  d.allocation = with_reuses(allocation, reuses);
   d.segment = segment.get();
-  d.active = active.get();
+  d.active = with_reuses(active, reuses);
   d.inactive_split = inactive_split.get();
-  d.allocated_bytes = allocated_bytes.get();
+  d.allocated_bytes = with_reuses(allocated_bytes, reused_bytes);
   d.reserved_bytes = reserved_bytes.get();
-  d.active_bytes = active_bytes.get();
+  d.active_bytes = with_reuses(active_bytes, reused_bytes);
   d.inactive_split_bytes = inactive_split_bytes.get();
   d.requested_bytes = requested_bytes.get();
   d.num_alloc_retries = num_alloc_retries;
@@ -75,6 +84,7 @@ void AllocatorStats::reset_peak() {
 
 void AllocatorStats::reset_accumulated() {
   for_each_stat([](auto& s) { s.reset_accumulated(); });
+  reuses[0] = reuses[1] = reused_bytes[0] = reused_bytes[1] = 0;
   reset_counters(*this);
 }
 

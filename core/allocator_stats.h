@@ -33,14 +33,32 @@ class PoolStats {
     if (total > aggregate_peak_) aggregate_peak_ = total;
   }
   void decrease(bool small, std::int64_t amount) { pool_[small ? 0 : 1].current -= amount; }
-  // An increase that brings `current` back to a value it already had since
-  // the last peak reset, in this pool and in the sum (the reuse of a block
-  // that the previous free held, reuse_path.cpp): no peak can move, so
-  // none is compared.
-  void restore(bool small, std::int64_t amount) {
+  // A decrease and an increase of `amount` that cancel (a held block's free
+  // and reuse, reuse_path.h): current and the peaks stay, only the
+  // accumulated counts move.
+  void cycle(bool small, std::int64_t amount) { pool_[small ? 0 : 1].allocated += amount; }
+  // An increase of `amount` and the decrease that undoes it: the peaks the
+  // increase would have reached, and the accumulated counts.
+  void touch(bool small, std::int64_t amount) {
     Counter& c = pool_[small ? 0 : 1];
-    c.current += amount;
     c.allocated += amount;
+    if (c.current + amount > c.peak) c.peak = c.current + amount;
+    const std::int64_t total = pool_[0].current + pool_[1].current + amount;
+    if (total > aggregate_peak_) aggregate_peak_ = total;
+  }
+
+  // A decrease of `old_amount` and an increase of `amount` (a held block's
+  // free and reuse for another request size): peaks are compared only when
+  // current ends higher, since they already cover the old value.
+  void replace(bool small, std::int64_t old_amount, std::int64_t amount) {
+    Counter& c = pool_[small ? 0 : 1];
+    c.current += amount - old_amount;
+    c.allocated += amount;
+    if (amount > old_amount) [[unlikely]] {
+      if (c.current > c.peak) c.peak = c.current;
+      const std::int64_t total = pool_[0].current + pool_[1].current;
+      if (total > aggregate_peak_) aggregate_peak_ = total;
+    }
   }
 
   // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
@@ -88,6 +106,18 @@ struct AllocatorStats {
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;
   Stat deferred_free_bytes;
+
+  // The reuses of a held block (reuse_path.h), per pool (small, large):
+  // each adds one to allocation's and active's accumulated counts and its
+  // bytes to allocated_bytes' and active_bytes', here rather than in four
+  // counters; get() adds them, reset_accumulated() zeroes them.
+  std::int64_t reuses[2] = {0, 0};
+  std::int64_t reused_bytes[2] = {0, 0};
+  void count_reuse(bool small, std::int64_t bytes) {
+    const int i = small ? 0 : 1;
+    ++reuses[i];
+    reused_bytes[i] += bytes;
+  }
 
   DeviceStats get() const;
   void reset_peak();

@@ -116,19 +116,28 @@ std::size_t CachingAllocator::releasable_bytes() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_.get();
+  return settled_stats();
+}
+
+DeviceStats CachingAllocator::settled_stats() const {
+  if (held_ == nullptr) return stats_.get();
+  AllocatorStats s = stats_;
+  count_held_free(s, held_);
+  return s.get();
 }
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
-  // The reuse of a held block restores statistics without comparing peaks,
-  // which is exact only while no peak was lowered since its free.
+  // The reuse of a held block moves no current and compares only the peaks
+  // its free and reuse could reach, which is exact only while no peak was
+  // lowered since its free.
   settle_held();
   stats_.reset_peak();
 }
 
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard lock(mutex_);
+  settle_held();  // its free counts before the reset (its reuse only adds to the counts)
   stats_.reset_accumulated();
   accumulated_reset_ = true;
 }
@@ -157,12 +166,6 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
   return out;
 }
 
-// (The held block keeps its entry but is not allocated.)
-Block* CachingAllocator::find_live(DevicePtr ptr) const {
-  Block* b = live_.find(ptr);
-  return b != nullptr && b->allocated ? b : nullptr;
-}
-
 bool CachingAllocator::inside_segment(DevicePtr ptr) const {
   auto it = segments_.upper_bound(ptr);
   if (it == segments_.begin()) return false;
@@ -171,7 +174,9 @@ bool CachingAllocator::inside_segment(DevicePtr ptr) const {
 }
 
 void CachingAllocator::send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream) {
-  const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current,
+  // (A held block's free is not counted in stats_ yet: hold() notifies it.)
+  const std::int64_t held = held_ != nullptr ? static_cast<std::int64_t>(held_->size) : 0;
+  const TraceEvent event{kind, ptr, size, stream, stats_.allocated_bytes[StatType::aggregate].current - held,
                          stats_.reserved_bytes[StatType::aggregate].current};
   observer_->on_event(device_, event);
 }

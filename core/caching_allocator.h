@@ -182,12 +182,23 @@ class CachingAllocator {
   };
 
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
+  // malloc() beyond the held block's reuse, and its trace event: they take
+  // over the lock malloc() holds (noinline: the common case stays lean).
+  [[gnu::noinline]] Status malloc_held(DevicePtr* out, std::size_t size, StreamId stream);
+  [[gnu::noinline]] Status malloc_slow(DevicePtr* out, std::size_t size, StreamId stream);
+  [[gnu::noinline]] Status notify_alloc_unlock(Block* block, StreamId stream);
   Block* malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream, Status* err);
   Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
   void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
+  Block* find_freed(DevicePtr ptr, Status* st);
+  Block* count_free(Block* block);
   Block* take_live(DevicePtr ptr, Status* st);
   Block* release_live(DevicePtr ptr, Status* st);
-  Block* find_live(DevicePtr ptr) const;
+  // (The held block keeps its entry but is not allocated.  Inline: every free.)
+  Block* find_live(DevicePtr ptr) const {
+    Block* b = live_.find(ptr);
+    return b != nullptr && b->allocated ? b : nullptr;
+  }
   bool inside_segment(DevicePtr ptr) const;
   BlockPool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
 
@@ -219,9 +230,11 @@ class CachingAllocator {
   }
 
   // The block held unmerged after its free (reuse_path.cpp).
-  void deactivate_or_hold(Block* block);
   bool holdable(const Block* block) const;
   void hold(Block* block);
+  void count_held_free(AllocatorStats& s, const Block* block) const;
+  // stats_ as callers read them: with the held block's free counted.
+  DeviceStats settled_stats() const;
   Block* reuse_held(BlockPool& pool, std::size_t rounded, std::size_t size, StreamId stream);
   bool held_is_best_fit(std::size_t size) const;
   // Every other operation that looks at free blocks calls this first.
@@ -303,6 +316,8 @@ class CachingAllocator {
 
   DeviceBackend* backend_;
   const Config config_;
+  // Garbage collection on: pools count their lookups (a bool for the hot path).
+  const bool gc_on_ = config_.garbage_collection_threshold > 0.0;
   const int device_;
   std::size_t allowed_bytes_ = 0;
   std::size_t device_total_ = 0;
@@ -326,10 +341,11 @@ class CachingAllocator {
   //    that its reuse inserts nothing and its settling erases it;
   //  * its successor (next) is free and in its bin; its predecessor is null
   //    or not free;
-  //  * every statistic already counts it merged with that successor: for
-  //    everything but reuse_held() the two are one free block, so every
-  //    other operation that looks at free blocks settles it first
-  //    (settle_held(): the merge its free skipped).
+  //  * stats_ still count it live (its free is counted when it is settled,
+  //    count_held_free; readers get settled_stats()): for everything but
+  //    reuse_held() it and its successor are one free block, so every
+  //    other operation that looks at free blocks or statistics settles it
+  //    first (settle_held(): the free and the merge it skipped).
   Block* held_ = nullptr;
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)

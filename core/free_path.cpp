@@ -12,19 +12,20 @@
 
 namespace cachalloc {
 
-// Takes `ptr`'s block out of the allocation statistics, leaving its
-// live-map entry to the caller (free_locked keeps it for a held block).
-// nullptr (and *st) when ptr is not a live block, or when the block was
-// exported and is now retained: then nothing more is to be done.
-[[gnu::always_inline]] inline Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
+// `ptr`'s live block, untouched; nullptr (and *st) when there is none.
+[[gnu::always_inline]] inline Block* CachingAllocator::find_freed(DevicePtr ptr, Status* st) {
   *st = kSuccess;
   if (ptr == 0) return nullptr;
   settle_held();  // at most one block is held: the last one freed
   Block* block = find_live(ptr);
-  if (block == nullptr) [[unlikely]] {
-    *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
-    return nullptr;
-  }
+  if (block == nullptr) [[unlikely]] *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
+  return block;
+}
+
+// Takes a live block out of the allocation statistics, leaving its
+// live-map entry to the caller.  nullptr when the block was exported and
+// is now retained: then nothing more is to be done.
+[[gnu::always_inline]] inline Block* CachingAllocator::count_free(Block* block) {
   const bool small = block->segment->small;
   const auto bytes = static_cast<std::int64_t>(block->size);
   block->allocated = false;
@@ -39,6 +40,12 @@ namespace cachalloc {
     return nullptr;
   }
   return block;
+}
+
+// find_freed and count_free.
+Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
+  Block* block = find_freed(ptr, st);
+  return block != nullptr ? count_free(block) : nullptr;
 }
 
 // take_live, and out of the live map.
@@ -63,14 +70,22 @@ Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> st
 [[gnu::always_inline]] inline Status CachingAllocator::free_locked(DevicePtr ptr,
                                                                    std::span<const StreamId> fence_streams) {
   Status st = kSuccess;
-  Block* block = take_live(ptr, &st);
+  Block* block = find_freed(ptr, &st);
   if (block == nullptr) return st;
-  // The common case: freed on its own stream, used on no other.
-  if (block->stream_uses.empty() && fence_streams.empty()) [[likely]] {
-    deactivate_or_hold(block);  // out of the live map unless held
+  // The common case: freed on its own stream, used on no other, and it
+  // would merge with its free successor only: held, counted later.
+  const bool own_stream = block->stream_uses.empty() && fence_streams.empty();
+  if (own_stream && !block->exported && holdable(block)) [[likely]] {
+    hold(block);
     return kSuccess;
   }
+  block = count_free(block);
+  if (block == nullptr) return kSuccess;  // exported: retained
   live_.erase(block->ptr);
+  if (own_stream) {
+    deactivate(block);
+    return kSuccess;
+  }
   free_used_elsewhere(block, fence_streams);
   return kSuccess;
 }

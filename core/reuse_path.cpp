@@ -6,7 +6,9 @@
 // it back at every free: two bin updates and a Block made and dropped per
 // pair.  Instead, a free whose block would merge with its free successor
 // only (its predecessor being busy) leaves the block out of the bins, in
-// held_, and updates every statistic as the merge would have.  For
+// held_, and counts nothing yet: the statistics count the block live until
+// it is settled (then the free and the merge are counted) or reused (then
+// only the accumulated counts move); readers are given them as if settled.  For
 // everything else the held block and its successor are one free block M.
 //
 // The next operation either
@@ -30,16 +32,39 @@
 
 namespace cachalloc {
 
-// The merge that the held block's free skipped (statistics already count
-// it); settle_held() in caching_allocator.h calls it when a block is held.
+// The free and the merge that the held block's free skipped;
+// settle_held() in caching_allocator.h calls it when a block is held.
 void CachingAllocator::merge_held() {
   Block* block = held_;
   held_ = nullptr;
+  count_held_free(stats_, block);
   live_.erase(block->ptr);
   BlockPool& pool = pool_for(block->segment->small);
   pool.blocks.erase(block->next);
   absorb(block, block->next);
   pool.blocks.insert(block);
+}
+
+// The statistics of the held block's free as the eager path counts them:
+// take_live, deactivate, and return_to_pool's merge with the successor
+// (which stops being an inactive split block of its own; the merged block
+// is one if its segment stays split).
+void CachingAllocator::count_held_free(AllocatorStats& s, const Block* block) const {
+  const bool small = block->segment->small;
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  s.allocation.decrease(small, 1);
+  s.allocated_bytes.decrease(small, bytes);
+  s.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
+  if (block->size >= config_.max_split_size) s.oversize_allocations.decrease(1);
+  s.active.decrease(small, 1);
+  s.active_bytes.decrease(small, bytes);
+  const Block* tail = block->next;
+  if (block->prev != nullptr || tail->next != nullptr) {
+    s.inactive_split_bytes.increase(small, bytes);
+  } else {
+    s.inactive_split.decrease(small, 1);
+    s.inactive_split_bytes.decrease(small, static_cast<std::int64_t>(tail->size));
+  }
 }
 
 }  // namespace cachalloc

@@ -9,8 +9,8 @@
 
 namespace cachalloc {
 
-// Whether `block` (just freed, out of the active count) may be held: it
-// would merge with its successor only.
+// Whether `block` (being freed) may be held: it would merge with its
+// successor only.
 inline bool CachingAllocator::holdable(const Block* block) const {
   const Segment* seg = block->segment;
   if (seg->expandable || seg->retained != 0) return false;
@@ -19,36 +19,16 @@ inline bool CachingAllocator::holdable(const Block* block) const {
   return block->prev == nullptr || !block->prev->is_free();
 }
 
-// deactivate() (free_path.cpp) for a block freed on its own stream with
-// nothing to wait for: it may be held unmerged for the next request of its
-// size instead of going back to its pool.
-[[gnu::always_inline]] inline void CachingAllocator::deactivate_or_hold(Block* block) {
-  const bool small = block->segment->small;
-  stats_.active.decrease(small, 1);
-  stats_.active_bytes.decrease(small, static_cast<std::int64_t>(block->size));
-  if (holdable(block)) [[likely]] {
-    hold(block);  // keeps its live-map entry
-    return;
-  }
-  live_.erase(block->ptr);
-  return_to_pool(block);
-}
-
-// Holds `block` instead of merging it with its free successor; the
-// statistics change exactly as return_to_pool's merge would change them.
-inline void CachingAllocator::hold(Block* block) {
-  BlockPool& pool = pool_for(block->segment->small);
-  const Block* tail = block->next;
-  // return_to_pool: the successor stops being an inactive split block of
-  // its own; the merged block is one if its segment stays split.
-  if (block->prev != nullptr || tail->next != nullptr) {
-    stats_.inactive_split_bytes.increase(pool.small, static_cast<std::int64_t>(block->size));
-  } else {
-    stats_.inactive_split.decrease(pool.small, 1);
-    stats_.inactive_split_bytes.decrease(pool.small, static_cast<std::int64_t>(tail->size));
-  }
-  block->gc_stamp = pool.lookups;  // as the merged block's
-  held_ = block;
+// Holds `block` (live, freed on its own stream with nothing to wait for,
+// holdable) instead of merging it with its free successor.  Its free is not
+// counted yet: the statistics still count it live and unmerged until
+// merge_held() settles it or reuse_held() hands it out again, and readers
+// see it counted (count_held_free on a copy: stats(), validate()).
+[[gnu::always_inline]] inline void CachingAllocator::hold(Block* block) {
+  block->allocated = false;
+  block->gc_stamp = pool_for(block->segment->small).lookups;  // as the merged block's
+  held_ = block;  // keeps its live-map entry
+  notify(TraceKind::free, block->ptr, block->size, block->stream);
 }
 
 // The held block, live again, for a request of `size` bytes (`rounded`
@@ -57,12 +37,12 @@ inline void CachingAllocator::hold(Block* block) {
 // max_split_size rules) and carve would split it there.  nullptr otherwise
 // (the caller settles and searches).
 //
-// Statistics: the free that held the block and this malloc change nothing
-// else in between (every other operation settles first, and so does a peak
-// reset), so each statistic but the requested bytes returns to the value it
-// had before that free, which its peak already covers: restore(), no peak
-// compared.  The block is below max_split_size (merged is), so no oversize
-// count.
+// Statistics: the free that held the block was not counted (hold()), and
+// this malloc undoes it: each statistic but the requested bytes gets back
+// the value it had, so only the accumulated counts move (cycle()), and the
+// peak the merge's increase of inactive split bytes would have reached
+// (touch()).  The block is below max_split_size (merged is), so no
+// oversize count.
 [[gnu::always_inline]] inline Block* CachingAllocator::reuse_held(BlockPool& pool, std::size_t rounded,
                                                                  std::size_t size, StreamId stream) {
   Block* block = held_;
@@ -72,7 +52,7 @@ inline void CachingAllocator::hold(Block* block) {
   // (size < merged < max_split: take_free_block accepts the merged block.)
   if (merged >= config_.max_split_size || !should_split(merged, rounded, pool)) return nullptr;
   if (!held_is_best_fit(rounded)) return nullptr;
-  if (config_.garbage_collection_threshold > 0.0) ++pool.lookups;  // take_free_block's count
+  if (gc_on_) ++pool.lookups;  // take_free_block's count
   held_ = nullptr;
   // carve: the tail is the split's new free block, the most recently
   // inserted of its size.
@@ -81,24 +61,22 @@ inline void CachingAllocator::hold(Block* block) {
     pool.blocks.erase(tail);
     pool.blocks.insert(tail);
   }
-  // count_split, undoing hold()'s merge statistics.
+  // The free's merge and count_split undoing it.
   const bool small = pool.small;
   const auto bytes = static_cast<std::int64_t>(rounded);
   if (block->prev != nullptr || tail->next != nullptr) {
-    stats_.inactive_split_bytes.decrease(small, bytes);
+    stats_.inactive_split_bytes.touch(small, bytes);
   } else {
-    stats_.inactive_split.restore(small, 1);
-    stats_.inactive_split_bytes.restore(small, static_cast<std::int64_t>(tail->size));
+    stats_.inactive_split.cycle(small, 1);
+    stats_.inactive_split_bytes.cycle(small, static_cast<std::int64_t>(tail->size));
   }
-  // activate().
+  // take_live and deactivate, then activate().
   block->allocated = true;
-  block->requested = size;
   block->id = ++next_id_;  // (its live-map entry stayed: hold())
-  stats_.allocation.restore(small, 1);
-  stats_.allocated_bytes.restore(small, bytes);
-  stats_.active.restore(small, 1);
-  stats_.active_bytes.restore(small, bytes);
-  stats_.requested_bytes.increase(small, static_cast<std::int64_t>(size));  // may differ from the last request
+  stats_.count_reuse(small, bytes);  // allocation, allocated_bytes, active, active_bytes: cycle()
+  stats_.requested_bytes.replace(small, static_cast<std::int64_t>(block->requested),
+                                 static_cast<std::int64_t>(size));  // may differ from the last request
+  block->requested = size;
   return block;
 }
 

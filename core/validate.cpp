@@ -182,7 +182,7 @@ void CachingAllocator::validate() const {
 
   // The stored counters as callers read them (allocator_stats.h derives the
   // aggregate and the freed counts): the recount must match what is read.
-  const DeviceStats got = stats_.get();
+  const DeviceStats got = settled_stats();
   check_current(got.allocation, rc.s.allocation, "allocation");
   check_current(got.segment, rc.s.segment, "segment");
   check_current(got.active, rc.s.active, "active");

@@ -11,8 +11,6 @@
 
 namespace cachalloc::shim {
 
-CUresult do_mem_alloc(CUdeviceptr* out, size_t size);
-CUresult do_mem_free(CUdeviceptr ptr);
 CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz);
 CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz);
 CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes);

@@ -36,15 +36,8 @@ static const RealDriver* drv() { return real_driver(); }
   [[maybe_unused]] const auto real_fn = drv() ? drv()->fn : nullptr; \
   if (real_fn == nullptr) return CUDA_ERROR_NOT_FOUND
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  CACHALLOC_ENTRY(cuMemAlloc_v2);
-  return guarded([&] { return do_mem_alloc(dptr, bytesize); });
-}
-
-EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  CACHALLOC_ENTRY(cuMemFree_v2);
-  return guarded([&] { return do_mem_free(dptr); });
-}
+// (cuMemAlloc_v2 and cuMemFree_v2 are in driver_ops.cpp, beside the
+// functions they inline.)
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   CACHALLOC_ENTRY(cuMemAllocAsync);
