@@ -49,6 +49,7 @@ void report_bad_config(const std::string& message) {
 }
 
 void initialize() {
+  g_time_wrappers.store(0, std::memory_order_relaxed);  // known from here on: off unless stats: says so
   const char* text = std::getenv("CACHALLOC_CONF");
   std::string message = parse_config(text ? text : "", &config_storage());
   if (!message.empty()) {
@@ -61,7 +62,7 @@ void initialize() {
     g_mode.store(Mode::disabled, std::memory_order_release);
     return;
   }
-  g_time_wrappers.store(!config_storage().stats.empty(), std::memory_order_relaxed);
+  g_time_wrappers.store(config_storage().stats.empty() ? 0 : 1, std::memory_order_relaxed);
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
   start_observability(config_storage());
@@ -72,7 +73,12 @@ void initialize() {
 
 }  // namespace
 
-std::atomic<bool> g_time_wrappers{false};
+std::atomic<int> g_time_wrappers{-1};
+
+bool detail::time_wrappers_after_init() {
+  (void)current_mode();
+  return g_time_wrappers.load(std::memory_order_relaxed) > 0;
+}
 namespace detail {
 constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec"))) = false;
 }  // namespace detail

@@ -50,13 +50,19 @@ const Config& config();
 inline obs::InterposerCounters& counters() { return detail::g_counters; }
 
 // Set during initialization when config.stats asks for a report.
-extern std::atomic<bool> g_time_wrappers;
+// -1 until the process is initialized, then 1 when config.stats asks for a
+// report, else 0: one load tells the common case (0) from the others.
+extern std::atomic<int> g_time_wrappers;
 
 namespace detail {
 // Whether this thread is inside a timed wrapper: DriverTimer counts only the
 // driver calls made there, so that ns_in_driver is a part of ns_inside (the
 // control API's and exit's driver calls are not in ns_inside).
 extern constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec")));
+
+// The first call of a process initializes it here (its own driver calls,
+// the first segment's, are timed too), then says whether timing is on.
+[[gnu::noinline, gnu::cold]] bool time_wrappers_after_init();
 
 inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   const auto d = std::chrono::steady_clock::now() - since;
@@ -65,26 +71,34 @@ inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
 }  // namespace detail
 
 // Adds the wall time of a wrapper to counters().ns_inside when timing is on.
+// Inline only the test of the common case (timing off); starting and
+// stopping are out of line so that the wrappers stay small.
 class WrapperTimer {
  public:
-  // current_mode() first: the first call of a process initializes, and it
-  // is timed too (it makes the first segment's driver calls).
-  WrapperTimer() : on_((current_mode(), g_time_wrappers.load(std::memory_order_relaxed))) {
-    if (!on_) return;
-    outer_ = detail::t_in_timed_wrapper;
-    detail::t_in_timed_wrapper = true;
-    start_ = std::chrono::steady_clock::now();
+  WrapperTimer() {
+    const int timing = g_time_wrappers.load(std::memory_order_relaxed);
+    if (timing == 0) [[likely]] return;
+    if (timing > 0 || detail::time_wrappers_after_init()) start();
   }
   ~WrapperTimer() {
-    if (!on_) return;
-    counters().ns_inside.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
-    detail::t_in_timed_wrapper = outer_;
+    if (on_) [[unlikely]] stop();
   }
   WrapperTimer(const WrapperTimer&) = delete;
   WrapperTimer& operator=(const WrapperTimer&) = delete;
 
  private:
-  bool on_;
+  [[gnu::noinline]] void start() {
+    on_ = true;
+    outer_ = detail::t_in_timed_wrapper;
+    detail::t_in_timed_wrapper = true;
+    start_ = std::chrono::steady_clock::now();
+  }
+  [[gnu::noinline]] void stop() {
+    counters().ns_inside.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
+    detail::t_in_timed_wrapper = outer_;
+  }
+
+  bool on_ = false;
   bool outer_ = false;
   std::chrono::steady_clock::time_point start_{};
 };
