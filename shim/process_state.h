@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "obs/process_report.h"
+#include "thread_counts.h"
 
 namespace cachalloc::shim {
 
@@ -127,7 +128,7 @@ class DriverTimer {
 
 // Counts one entry and times the wrapper: `ENTRY_SCOPE(cuMemAlloc_v2);`
 #define CACHALLOC_ENTRY(name)                                   \
-  ::cachalloc::shim::counters().count(::cachalloc::obs::Entry::name); \
+  ::cachalloc::shim::count_call(::cachalloc::obs::Entry::name); \
   ::cachalloc::shim::WrapperTimer cachalloc_timer_
 
 }  // namespace cachalloc::shim

@@ -31,7 +31,8 @@ std::string command_line() {
 
 void copy_counters(obs::ProcessReport* report) {
   const obs::InterposerCounters& c = counters();
-  for (std::size_t i = 0; i < report->calls.size(); ++i) report->calls[i] = c.calls[i].load(std::memory_order_relaxed);
+  const auto calls = total_calls();
+  for (std::size_t i = 0; i < report->calls.size(); ++i) report->calls[i] = calls[i];
   for (std::size_t i = 0; i < report->passthrough.size(); ++i)
     report->passthrough[i] = c.passthrough[i].load(std::memory_order_relaxed);
   report->ns_inside = c.ns_inside.load(std::memory_order_relaxed);

@@ -37,9 +37,10 @@ const char* entry_name(Entry e);
 enum class Passthrough : int { capture, foreign_pointer, count };
 const char* passthrough_name(Passthrough p);
 
-// Updated with relaxed atomics on the hot path; read once at exit.
+// Updated with relaxed atomics; read once at exit.  The per-entry call
+// counts are kept per thread by the shim (shim/thread_counts.h): they are
+// on every call's path.
 struct InterposerCounters {
-  std::array<std::atomic<std::uint64_t>, static_cast<int>(Entry::count)> calls{};
   std::array<std::atomic<std::uint64_t>, static_cast<int>(Passthrough::count)> passthrough{};
   std::atomic<std::uint64_t> ns_inside{0};  // wall time inside cachalloc's wrappers
   // Of ns_inside: the wall time of the driver calls those wrappers made for
@@ -49,7 +50,6 @@ struct InterposerCounters {
   std::atomic<std::uint64_t> ns_in_driver{0};
   std::atomic<std::uint64_t> driver_calls{0};
 
-  void count(Entry e) { calls[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
   void count(Passthrough p) { passthrough[static_cast<int>(p)].fetch_add(1, std::memory_order_relaxed); }
 };
 
