@@ -338,11 +338,15 @@ def counters_table(raw):
                      fmt(mib(fget("deferred_free_bytes.peak")), " MiB") if fget("deferred_free_bytes.peak") is not None
                      else "—", fmt(g.get("ns_per_call")), fmt(g.get("ns_own_per_call")), g.get("error", "") or ""])
     events = exact_driver_calls(used)
+    if any(u.startswith("interposer.driver_calls") for u in used):
+        what = ("every driver call cachalloc made inside its wrappers: segment and VM allocation and release, "
+                "event creation, records, queries and waits, stream queries, device synchronizations")
+    else:
+        what = ("segment allocations and frees, device synchronizations, events recorded for fences, streams a "
+                "fence asked whether they were idle; event queries and waits (cuEventQuery/cuEventSynchronize) "
+                "only when a `num_*event*` counter names them")
     note = ("Driver calls counted from cachalloc's stats dump: " + ", ".join(sorted(used) or ["none"]) +
-            " (segment allocations and frees, device synchronizations, events recorded for fences, streams a "
-            "fence asked whether they were idle).  "
-            "Event queries and waits (cuEventQuery/cuEventSynchronize) are included only when a `num_*event*` "
-            "counter names them.  Held back: the peak of the bytes whose frees waited for a fence.")
+            f" ({what}).  Held back: the peak of the bytes whose frees waited for a fence.")
     if not events:
         note += (" The dump has no counter of the events recorded for fences, so these figures are a lower "
                  "bound; a counter per driver call made on a free is needed to check the ≤ 0.1 target exactly.")
@@ -615,6 +619,15 @@ def targets_table(T):
 
 # --- plots ------------------------------------------------------------------------------------
 
+def line_style(label, colour):
+    """cachalloc solid and thick, the floor dashed, PyTorch dotted, CUDA's
+    pool and the bare driver dash-dotted."""
+    low = label.lower()
+    style = ("-", "o", 2.4) if low.startswith("cachalloc") else ("--", "s", 1.2) if low.startswith("floor") else \
+        (":", "^", 1.6) if low.startswith("pytorch") else ("-.", "v", 1.4)
+    return {"color": colour, "linestyle": style[0], "marker": style[1], "linewidth": style[2], "markersize": 4}
+
+
 def plots(raw, outdir, stem, no_mpl=False):
     m = Micro(raw)
     _, live_series = live_table(m)
@@ -639,9 +652,10 @@ def plots(raw, outdir, stem, no_mpl=False):
         path = os.path.join(outdir, f"{stem}-{name}.png")
         if mpl is not None:
             fig, ax = mpl.subplots(figsize=(9, 5.5))
-            for lbl, pts in series:
-                if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lbl)
+            colours = mpl.get_cmap("tab20").colors
+            for i, (lbl, pts) in enumerate(series):
+                if pts:  # a line style per contender, so that a colour shared by two lines never confuses
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], label=lbl, **line_style(lbl, colours[i % 20]))
             ax.set_xscale("log" if xlog else "linear")
             ax.set_yscale("log" if ylog else "linear")
             if name == "threads":
