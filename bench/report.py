@@ -790,6 +790,12 @@ def merge_runs(raws, stems):
     sections) is kept in "parts" for the docs and the report."""
     if len(raws) == 1:
         return raws[0]
+    raws = [copy.deepcopy(r) for r in raws]
+    for i, raw in enumerate(raws, 1):  # each note says which run it is from
+        raw["errors"] = [f"run {i}: {e}" for e in raw.get("errors", [])]
+        for sec in ("micro", "counters", "programs"):
+            if raw.get(sec, {}).get("notes"):
+                raw[sec]["notes"] = [f"run {i}: {n}" for n in raw[sec]["notes"]]
     out = copy.deepcopy(raws[0])
     out["parts"] = []
     for raw, stem in zip(raws, stems):
