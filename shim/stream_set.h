@@ -2,9 +2,10 @@
 //
 // A fence (CudaBackend::fence_record) records one event on the legacy
 // stream, which orders after all earlier work on every blocking stream
-// (per-thread default streams included), and one on each live
-// non-blocking stream, which the legacy stream does not order.  Recording
-// on a stream another thread has just destroyed crashes inside libcuda, so
+// (per-thread default streams included), and covers each live
+// non-blocking stream, which the legacy stream does not order: a query, and
+// an event if the stream is busy.  Recording on (or querying) a stream
+// another thread has just destroyed crashes inside libcuda, so
 // the set's lock orders the two: a fence records while holding it, and the
 // stream-destroy hook removes the stream under it *before* the real
 // cuStreamDestroy.  A stream is therefore either still in the set and alive
