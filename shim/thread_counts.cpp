@@ -15,7 +15,13 @@ pthread_key_t g_exit_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
 // A thread's exit hands its block to the next thread; the counts stay in it.
-void release_block(void* block) { static_cast<ThreadCounts*>(block)->in_use.store(false, std::memory_order_release); }
+// The destructor runs in the exiting thread: its pointer is cleared, so a
+// hooked call from a later destructor of the same thread adopts a block
+// again instead of writing to one that another thread may now own.
+void release_block(void* block) {
+  detail::t_counts = nullptr;
+  static_cast<ThreadCounts*>(block)->in_use.store(false, std::memory_order_release);
+}
 
 void create_key() { pthread_key_create(&g_exit_key, release_block); }
 
