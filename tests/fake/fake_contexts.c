@@ -243,7 +243,7 @@ EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* out, CUdevResourceDesc desc, CUdevi
  * afterwards. */
 void fake_complete_all_streams(void) {
   fake.legacy_stream.epoch++;
-  fake_per_thread_stream.epoch++;
+  for (struct CUstream_st* s = fake_first_thread_stream(); s; s = s->thread_next) s->epoch++;
   for (struct CUstream_st* s = fake.streams; s; s = s->next) s->epoch++;
 }
 

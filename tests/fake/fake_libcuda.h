@@ -61,6 +61,10 @@ struct fake_cuda_stats_t {
   unsigned long live_mappings;      /* cuMemMap'ed, not unmapped */
   unsigned long failures_injected;  /* calls failed by fake_cuda_fail / FAKE_CUDA_FAIL_RANDOM */
   unsigned long stream_query;       /* cuStreamQuery(+_ptsz) calls answered */
+  unsigned long stream_wait_event;  /* cuStreamWaitEvent(+_ptsz) calls */
+  unsigned long launches;           /* cuLaunchKernel(+_ptsz) calls that succeeded */
+  unsigned long per_thread_launches; /* of those, on a thread's per-thread default stream */
+  unsigned long capture_invalidations; /* global-mode captures broken by a record on the legacy stream */
 };
 
 /* Copies the counters. */
@@ -69,6 +73,10 @@ void fake_cuda_stats(struct fake_cuda_stats_t* out);
  * hold is released (on == 0) or something synchronizes it.  NULL or
  * CU_STREAM_LEGACY name the legacy stream. */
 void fake_cuda_hold_stream(CUstream stream, int on);
+/* Calls fn(arg) inside every later cuStreamBeginCapture, once the capture
+ * is active (NULL: no more): lets a test act while another thread is still
+ * in the begin. */
+void fake_cuda_on_begin_capture(void (*fn)(void*), void* arg);
 /* The fake's own implementation of a versioned driver symbol
  * ("cuMemAlloc_v2", "cuMemAllocAsync_ptsz", ...), or NULL. */
 void* fake_cuda_lookup_raw(const char* name);

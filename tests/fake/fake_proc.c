@@ -66,6 +66,9 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m);
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g);
 CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* out);
 CUresult cuEventRecord_ptsz(CUevent e, CUstream s);
+CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shmem, CUstream s, void** params, void** extra);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t size, CUstream s);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream s);
 CUresult cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle h, unsigned int flags);
@@ -125,6 +128,10 @@ static const struct proc_entry proc_table[] = {
   PROC("cuEventCreate", 2000, 0, cuEventCreate),
   PROC("cuEventRecord", 7000, 1, cuEventRecord_ptsz),
   PROC("cuEventRecord", 2000, 0, cuEventRecord),
+  PROC("cuStreamWaitEvent", 7000, 1, cuStreamWaitEvent_ptsz),
+  PROC("cuStreamWaitEvent", 3020, 0, cuStreamWaitEvent),
+  PROC("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
+  PROC("cuLaunchKernel", 4000, 0, cuLaunchKernel),
   PROC("cuEventQuery", 2000, 0, cuEventQuery),
   PROC("cuEventSynchronize", 2000, 0, cuEventSynchronize),
   PROC("cuEventDestroy", 4000, 0, cuEventDestroy_v2),
@@ -219,6 +226,13 @@ EXPORT void fake_cuda_hold_stream(CUstream s, int on) {
     st->held = 0;
     st->epoch++;
   }
+  fake_unlock();
+}
+
+EXPORT void fake_cuda_on_begin_capture(void (*fn)(void*), void* arg) {
+  fake_lock();
+  fake.on_begin_capture = fn;
+  fake.on_begin_capture_arg = arg;
   fake_unlock();
 }
 

@@ -29,7 +29,24 @@ struct fake_driver fake = {
   .legacy_stream = {.blocking = 1},
 };
 __thread CUcontext fake_current;
-__thread struct CUstream_st fake_per_thread_stream = {.blocking = 1};
+static __thread struct CUstream_st* t_thread_stream;
+
+/* Pushed with a compare-and-swap, so that it needs no lock (callers may or
+ * may not hold fake.lock); readers load the head with acquire. */
+struct CUstream_st* fake_thread_stream(void) {
+  if (t_thread_stream == NULL) {
+    struct CUstream_st* s = calloc(1, sizeof *s);
+    s->blocking = 1;
+    s->thread_next = __atomic_load_n(&fake.thread_streams, __ATOMIC_ACQUIRE);
+    while (!__atomic_compare_exchange_n(&fake.thread_streams, &s->thread_next, s, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_ACQUIRE)) {
+    }
+    t_thread_stream = s;
+  }
+  return t_thread_stream;
+}
+
+struct CUstream_st* fake_first_thread_stream(void) { return __atomic_load_n(&fake.thread_streams, __ATOMIC_ACQUIRE); }
 
 void fake_lock(void) { pthread_mutex_lock(&fake.lock); }
 void fake_unlock(void) { pthread_mutex_unlock(&fake.lock); }
@@ -67,9 +84,9 @@ void fake_init_once(void) {
 /* Maps a stream handle as the driver would: 0 is the default stream of the
  * calling convention (legacy, or per-thread for _ptsz entry points). */
 struct CUstream_st* fake_resolve_stream(CUstream s, int ptsz) {
-  if (s == NULL) return ptsz ? &fake_per_thread_stream : &fake.legacy_stream;
+  if (s == NULL) return ptsz ? fake_thread_stream() : &fake.legacy_stream;
   if (s == CU_STREAM_LEGACY) return &fake.legacy_stream;
-  if (s == CU_STREAM_PER_THREAD) return &fake_per_thread_stream;
+  if (s == CU_STREAM_PER_THREAD) return fake_thread_stream();
   return s;
 }
 

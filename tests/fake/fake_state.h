@@ -58,11 +58,17 @@ struct CUstream_st {
   int held;                  /* work recorded now stays incomplete */
   unsigned epoch;            /* bumped whenever pending work completes */
   int capturing;
+  int capture_global;        /* the capture is in global mode */
+  int capture_invalidated;   /* an unsafe call was made during it */
   int blocking;              /* orders against the legacy stream */
   struct CUstream_st* next;  /* registry of created streams */
   int dead;                  /* destroyed: the real driver may crash on it */
   struct CUctx_st* ctx;      /* owner (NULL for the default streams) */
   unsigned generation;
+  /* cuStreamWaitEvent: work enqueued afterwards waits for these too */
+  int nwaits;
+  struct { struct CUstream_st* s; unsigned epoch; } waits[MAX_DEPS];
+  struct CUstream_st* thread_next;  /* registry of threads' per-thread streams */
 };
 struct CUevent_st {
   int ndeps;
@@ -128,6 +134,9 @@ struct fake_driver {
   unsigned generations;
   unsigned long long next_buffer_id;
   struct CUstream_st legacy_stream;
+  struct CUstream_st* thread_streams; /* every thread's per-thread stream (never freed) */
+  void (*on_begin_capture)(void*);    /* fake_cuda_on_begin_capture */
+  void* on_begin_capture_arg;
   struct CUstream_st* streams;   /* created streams, live */
   struct CUevent_st* events;     /* created events of live contexts */
   struct allocation* allocs;
@@ -139,7 +148,12 @@ struct fake_driver {
 };
 FAKE_INTERNAL extern struct fake_driver fake;
 FAKE_INTERNAL extern __thread CUcontext fake_current;
-FAKE_INTERNAL extern __thread struct CUstream_st fake_per_thread_stream;
+/* The calling thread's per-thread default stream (made on first use,
+ * registered in fake.thread_streams, kept after the thread exits: the
+ * legacy stream still orders against work left on it).  Lock held. */
+FAKE_INTERNAL struct CUstream_st* fake_thread_stream(void);
+/* The head of fake.thread_streams (linked through thread_next). */
+FAKE_INTERNAL struct CUstream_st* fake_first_thread_stream(void);
 
 /* ---------------- fake_state.c ---------------- */
 

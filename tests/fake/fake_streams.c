@@ -81,7 +81,7 @@ EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* out) {
   if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
   fake_lock();
   struct CUstream_st* st = fake_resolve_stream(s, 0);
-  *out = (st == &fake.legacy_stream || st == &fake_per_thread_stream) ? fake_current : st->ctx;
+  *out = (st == &fake.legacy_stream || st->ctx == NULL) ? fake_current : st->ctx;
   fake_unlock();
   return CUDA_SUCCESS;
 }
@@ -119,12 +119,19 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, 1);
 
 /* Busy while held, or while a held stream it is ordered after (as an event
  * recorded on it would wait) is: the fake does not track enqueued work. */
+static int waits_pending(const struct CUstream_st* st) {
+  for (int i = 0; i < st->nwaits; ++i)
+    if (st->waits[i].s->epoch == st->waits[i].epoch) return 1;
+  return 0;
+}
+
 static int stream_busy(const struct CUstream_st* st) {
-  if (st->held) return 1;
+  if (st->held || waits_pending(st)) return 1;
   if (st == &fake.legacy_stream) {
-    if (fake_per_thread_stream.held) return 1;
+    for (const struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next)
+      if (o->held || waits_pending(o)) return 1;
     for (const struct CUstream_st* o = fake.streams; o; o = o->next)
-      if (o->blocking && o->held) return 1;
+      if (o->blocking && (o->held || waits_pending(o))) return 1;
     return 0;
   }
   return st->blocking && fake.legacy_stream.held;
@@ -146,24 +153,47 @@ EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s, 1); }
 
 /* ---------------- capture ---------------- */
 
-static CUresult begin_capture(CUstream s, int ptsz) {
+/* A global-mode capture is invalidated by a call that would synchronize
+ * with it implicitly: here, work recorded on the legacy stream (lock held). */
+static void invalidate_global_captures(void) {
+  for (struct CUstream_st* o = fake.streams; o; o = o->next)
+    if (o->capturing && o->capture_global && !o->capture_invalidated) {
+      o->capture_invalidated = 1;
+      fake.stats.capture_invalidations++;
+    }
+  for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next)
+    if (o->capturing && o->capture_global && !o->capture_invalidated) {
+      o->capture_invalidated = 1;
+      fake.stats.capture_invalidations++;
+    }
+}
+
+/* The capture is active before the test's hook (fake_cuda_on_begin_capture)
+ * runs, still inside the call, as a real begin is before it returns. */
+static CUresult begin_capture(CUstream s, CUstreamCaptureMode m, int ptsz) {
   struct CUstream_st* st = fake_resolve_stream(s, ptsz);
   if (st == &fake.legacy_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   fake_lock();
   st->capturing = 1;
+  st->capture_global = m == CU_STREAM_CAPTURE_MODE_GLOBAL;
+  st->capture_invalidated = 0;
+  void (*hook)(void*) = fake.on_begin_capture;
+  void* arg = fake.on_begin_capture_arg;
   fake_unlock();
+  if (hook) hook(arg);
   return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { (void)m; return begin_capture(s, 0); }
-EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { (void)m; return begin_capture(s, 1); }
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, 0); }
+EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, 1); }
 
 static CUresult end_capture(CUstream s, CUgraph* g, int ptsz) {
   struct CUstream_st* st = fake_resolve_stream(s, ptsz);
   fake_lock();
-  int was = st->capturing;
+  int was = st->capturing, invalidated = st->capture_invalidated;
   st->capturing = 0;
   fake_unlock();
   if (!was) return CUDA_ERROR_ILLEGAL_STATE;
+  if (invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (g) *g = &the_graph;
   return CUDA_SUCCESS;
 }
@@ -201,12 +231,20 @@ EXPORT CUresult cuEventCreate(CUevent* out, unsigned int flags) {
   return r;
 }
 
-static void add_dep(struct CUevent_st* e, struct CUstream_st* s) {
-  if (s->held && e->ndeps < MAX_DEPS) {
+static void add_dep_on(struct CUevent_st* e, struct CUstream_st* s, unsigned epoch) {
+  if (e->ndeps < MAX_DEPS) {
     e->deps[e->ndeps].s = s;
-    e->deps[e->ndeps].epoch = s->epoch;
+    e->deps[e->ndeps].epoch = epoch;
     e->ndeps++;
   }
+}
+
+/* The event waits for `s`'s held work and for what `s` was made to wait
+ * for (cuStreamWaitEvent) that is still pending. */
+static void add_dep(struct CUevent_st* e, struct CUstream_st* s) {
+  if (s->held) add_dep_on(e, s, s->epoch);
+  for (int i = 0; i < s->nwaits; ++i)
+    if (s->waits[i].s->epoch == s->waits[i].epoch) add_dep_on(e, s->waits[i].s, s->waits[i].epoch);
 }
 
 /* The event waits for the held streams its stream is ordered after. */
@@ -233,8 +271,9 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
   }
   e->ndeps = 0;
   add_dep(e, st);
+  if (st == &fake.legacy_stream) invalidate_global_captures();
   if (st == &fake.legacy_stream) {
-    add_dep(e, &fake_per_thread_stream);
+    for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next) add_dep(e, o);
     for (struct CUstream_st* o = fake.streams; o; o = o->next)
       if (o->blocking) add_dep(e, o);
   } else if (st->blocking) {
@@ -245,6 +284,58 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
 EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
+
+/* Work enqueued on the stream from now on waits for the event's pending
+ * dependencies (the fake keeps the latest MAX_DEPS of them). */
+static CUresult stream_wait_event(CUstream s, CUevent e, int ptsz) {
+  if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  fake_lock();
+  fake.stats.stream_wait_event++;
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  CUresult r = CUDA_SUCCESS;
+  if (stream_dead(st) || event_dead(e)) r = fake_dead_call();
+  for (int i = 0; r == CUDA_SUCCESS && i < e->ndeps && st->nwaits < MAX_DEPS; ++i) {
+    st->waits[st->nwaits].s = e->deps[i].s;
+    st->waits[st->nwaits].epoch = e->deps[i].epoch;
+    st->nwaits++;
+  }
+  fake_unlock();
+  return r;
+}
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  (void)flags;
+  return stream_wait_event(s, e, 0);
+}
+EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) {
+  (void)flags;
+  return stream_wait_event(s, e, 1);
+}
+
+/* ---------------- work ---------------- */
+
+/* A kernel launch: nothing runs; counted per stream kind, so that tests see
+ * which stream the program's work went to. */
+static CUresult launch(CUstream s, int ptsz) {
+  fake_lock();
+  struct CUstream_st* st = fake_resolve_stream(s, ptsz);
+  CUresult r = stream_dead(st) ? fake_dead_call() : fake_check_current();
+  if (r == CUDA_SUCCESS) {
+    fake.stats.launches++;
+    if (st->ctx == NULL && st != &fake.legacy_stream) fake.stats.per_thread_launches++;
+  }
+  fake_unlock();
+  return r;
+}
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
+  return launch(s, 0);
+}
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
+  return launch(s, 1);
+}
 
 static int event_done(const struct CUevent_st* e) {
   for (int i = 0; i < e->ndeps; ++i)
