@@ -275,7 +275,8 @@ banner "4. examples with and without the shim (stats:stderr)"
 if [[ -n "$LAUNCHER" ]]; then shim_cmd=("$LAUNCHER" --conf stats:stderr --)
 else shim_cmd=(env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr); fi
 for ex in alloc_patterns_static alloc_patterns_shared driver_patterns \
-          fidelity_patterns_static fidelity_patterns_shared; do
+          fidelity_patterns_static fidelity_patterns_shared \
+          per_thread_streams_static per_thread_streams_shared per_thread_streams_explicit; do
   prog="$BUILD/examples/$ex"
   if (( ! HAVE_GPU )); then row "example $ex" SKIP "no GPU"; continue; fi
   if [[ ! -x "$prog" ]]; then row "example $ex" FAIL "not built"; continue; fi

@@ -32,6 +32,11 @@ std::vector<Capture>& captures() {
 
 }  // namespace
 
+std::shared_mutex& capture_gate() {
+  static auto* gate = new std::shared_mutex();  // never destroyed: safe at exit
+  return *gate;
+}
+
 void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode) {
   const bool strict = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
   std::lock_guard lock(captures_mutex());
@@ -45,6 +50,10 @@ void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode) {
 void capture_ended(CUstream stream, bool ptsz, CUresult result) {
   if (result == CUDA_ERROR_ILLEGAL_STATE || result == CUDA_ERROR_INVALID_HANDLE || result == CUDA_ERROR_INVALID_VALUE)
     return;
+  capture_abandoned(stream, ptsz);
+}
+
+void capture_abandoned(CUstream stream, bool ptsz) {
   const StreamId id = stream_id(stream, ptsz);
   std::lock_guard lock(captures_mutex());
   auto& v = captures();

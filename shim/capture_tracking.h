@@ -11,14 +11,27 @@
 // cuEventQuery while they run (the capture would be invalidated), so the
 // backend asks strict_capture_in_flight() before querying events: pending
 // frees then simply wait until the capture ends.
+//
+// A capture is counted *before* the real begin, under the gate below held
+// exclusively: a call the capture would forbid, made by another thread,
+// either completes before the capture begins or sees it counted.  Such
+// calls (fence records on the legacy stream, event queries) hold the gate
+// shared from their check through the call.
 #pragma once
+
+#include <shared_mutex>
 
 #include "cuda_api.h"
 
 namespace cachalloc::shim {
 
-// After a successful begin on `stream` (as passed to a plain or _ptsz entry).
+std::shared_mutex& capture_gate();
+
+// Before the real begin on `stream` (as passed to a plain or _ptsz entry),
+// with the gate held exclusively; undone by capture_abandoned if the begin
+// fails.
 void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode);
+void capture_abandoned(CUstream stream, bool ptsz);
 // After the real end on `stream` returned `result`.
 void capture_ended(CUstream stream, bool ptsz, CUresult result);
 // Whether `stream` is capturing.  An error from the driver counts as

@@ -2,8 +2,6 @@
 // what outlives a context (statistics) or spans two (peer access).
 #include "context_registry.h"
 
-#include <execinfo.h>
-
 #include <algorithm>
 
 #include "capture_tracking.h"
@@ -103,8 +101,9 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
       device_total_(device_total),
       index_(index),
       free_sync_(cfg.free_sync),
-      backend_(driver, device, cfg.expandable_segments_handle_type) {
-  backend_.set_streams(&nonblocking_);
+      backend_(driver, device, cfg.expandable_segments_handle_type),
+      order_(&backend_, cfg.free_sync, device) {
+  backend_.set_streams(&order_.nonblocking());
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
 }
@@ -113,72 +112,6 @@ void ContextState::retire() {
   backend_.detach();
   dead_.store(true, std::memory_order_release);
 }
-
-void ContextState::note_stream(StreamId id, bool non_blocking) {
-  if (id == kLegacyStreamId) return;
-  if (non_blocking) nonblocking_.add(id);
-  if (serial_.load(std::memory_order_acquire)) [[unlikely]] leave_serial(id, non_blocking);
-}
-
-// Called for each stream noted while the context is serial.  A non-blocking
-// stream, or a second blocking one, ends it: frees are fenced from then on
-// (multi_stream_), and the blocks freed while serial — reusable at once, and
-// perhaps reused already — may still be in use by work that the new stream
-// does not wait for.  So the device is synchronized once, before the stream
-// runs anything: the lock is held through the drain, and a thread noting
-// another stream meanwhile waits here (a stream is noted in the hook that
-// creates it, before the program has its handle).  multi_stream_ is set
-// before the drain: a free that still saw it clear happened before that
-// store, so its block's last use was enqueued before the synchronization.
-void ContextState::leave_serial(StreamId id, bool non_blocking) {
-  std::lock_guard lock(serial_mutex_);
-  if (!serial_.load(std::memory_order_relaxed)) return;
-  if (!non_blocking && (sole_blocking_ == 0 || sole_blocking_ == id)) {
-    sole_blocking_ = id;
-    return;
-  }
-  multi_stream_.store(true);
-  const bool drain = free_sync_ == FreeSync::automatic;
-  if (drain) drain_serial_frees();
-  serial_.store(false, std::memory_order_release);
-  log_leaving_serial(id, non_blocking, drain);
-}
-
-// Only free_sync:auto reused blocks at once while serial (stream means the
-// user chose stream order; fence and device never do).
-void ContextState::drain_serial_frees() {
-  if (capture_in_flight()) [[unlikely]] {
-    // A synchronization now would invalidate the capture.  The work enqueued
-    // before it is not waited for: say so rather than stay silent.
-    obs::logger().warn(
-        "device {}: a second stream appeared during a graph capture; blocks freed before it may be reused "
-        "while earlier work still runs (create streams before capturing, or set free_sync:fence)",
-        device_);
-    return;
-  }
-  if (backend_.synchronize_device() != kSuccess)
-    obs::logger().warn("device {}: could not synchronize when a second stream appeared", device_);
-}
-
-// Once per context: from here on plain frees wait for fences, which costs
-// memory; the debug log names the caller, since programs often do not know
-// which library of theirs created a stream.
-void ContextState::log_leaving_serial(StreamId id, bool non_blocking, bool drained) {
-  auto& logger = obs::logger();
-  if (!logger.should_log(spdlog::level::info)) return;
-  logger.info("device {}: stream {:#x} ({}) is not ordered with every earlier one: plain frees now wait for fences{}",
-              device_, id, non_blocking ? "non-blocking" : "a second blocking stream",
-              drained ? " (the device was synchronized once, for the frees before it)" : "");
-  if (!logger.should_log(spdlog::level::debug)) return;
-  void* frames[24];
-  const int n = backtrace(frames, 24);
-  logger.debug("the stream's first call came from:");
-  logger.flush();
-  backtrace_symbols_fd(frames, n, 2);
-}
-
-// Before the real cuStreamDestroy: waits for a fence recording on it.
-void ContextState::forget_stream(StreamId id) { nonblocking_.remove(id); }
 
 bool ContextState::defer_free(DevicePtr ptr) {
   std::lock_guard lock(mutex_);
@@ -196,7 +129,7 @@ std::vector<DevicePtr> ContextState::take_deferred() {
 }
 
 void ContextState::retire_stream(StreamId id) {
-  forget_stream(id);
+  order_.forget_stream(id);
   allocator_->retire_stream(id);
 }
 
@@ -207,6 +140,12 @@ ContextState* detail::find_current_state(CUcontext ctx, const RealDriver* d) {
   ContextState* state = find_or_create(ctx, d);
   if (state != nullptr) t_last = {ctx, state};
   return state;
+}
+
+ContextState* live_state_of(CUcontext ctx) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return live_state_locked(r, ctx);
 }
 
 // Rare paths (frees of pointers the current context does not own, pointer

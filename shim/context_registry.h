@@ -3,9 +3,8 @@
 // Memory of one context is not usable in another, so each context gets its
 // own allocator and backend, created the first time an allocation is made
 // with it current.  Per context the registry also keeps what the free
-// policy needs: whether two streams were seen that the driver does not
-// order with each other, the live
-// non-blocking streams, and frees deferred by a graph capture.
+// policy needs: the order of the context's streams (stream_order.h) and
+// frees deferred by a graph capture.
 //
 // Context lifetime: when the driver destroys a context (cuCtxDestroy, a
 // primary context reset or its last release), forget_context() retires its
@@ -27,7 +26,7 @@
 #include "cuda_backend.h"
 #include "real_driver.h"
 #include "stream_ids.h"
-#include "stream_set.h"
+#include "stream_order.h"
 
 namespace cachalloc::shim {
 
@@ -53,24 +52,21 @@ class ContextState {
   bool alive() const { return !dead_.load(std::memory_order_acquire); }
   void retire();
 
-  // Stream bookkeeping for the free policy: fences record one event on
-  // each live non-blocking stream, under the stream set's lock, which the
+  // Stream bookkeeping for the free policy (stream_order.h): fences record
+  // on each live non-blocking stream, under the stream set's lock, which the
   // stream-destroy hook also takes (stream_set.h).
-  void note_stream(StreamId id, bool non_blocking);  // created or used (not legacy)
-  void forget_stream(StreamId id);                   // destroyed
-  // Called before the real cuStreamDestroy: drops the stream and makes the
-  // blocks cached on it wait for its work (the handle may be reused).
+  void note_stream(StreamId id, bool non_blocking) {
+    if (id != kLegacyStreamId) order_.note_stream(id, non_blocking);
+  }
+  // Called before the real cuStreamDestroy, with this context current:
+  // drops the stream and makes the blocks cached on it wait for its work
+  // (the handle may be reused).
   void retire_stream(StreamId id);
   // True once two streams were seen that the driver does not order with
-  // each other: a non-blocking stream, or a second stream besides the
-  // legacy one.  Until then every operation is ordered after every earlier
-  // one — the legacy stream's implicit synchronization orders it with one
-  // blocking stream both ways (libraries such as cuBLASLt create one) — so
-  // a block is safe to reuse at once after its free.  Read on every free
-  // (seq_cst: see leave_serial, which orders these reads with its drain).
-  bool multi_stream() const { return multi_stream_.load(); }
+  // each other (stream_order.h); read on every free.
+  bool multi_stream() const { return order_.multi_stream(); }
   // How many non-blocking streams are (as far as the hooks know) alive.
-  std::size_t nonblocking_streams_live() const { return nonblocking_.size(); }
+  std::size_t nonblocking_streams_live() const { return order_.nonblocking().size(); }
 
   // Frees that arrive while a graph capture is in flight can neither record
   // an event on the legacy stream nor synchronize (either would break the
@@ -82,10 +78,6 @@ class ContextState {
 
  private:
   CUcontext ctx_;
-  void leave_serial(StreamId id, bool non_blocking);
-  void drain_serial_frees();
-  void log_leaving_serial(StreamId id, bool non_blocking, bool drained);
-
   int device_;
   std::size_t device_total_;
   unsigned index_;  // creation order in the process
@@ -94,14 +86,7 @@ class ContextState {
   std::unique_ptr<CachingAllocator> allocator_;
   std::atomic<bool> dead_{false};
   mutable std::mutex mutex_;
-  StreamSet nonblocking_;            // live non-blocking streams
-  std::atomic<bool> multi_stream_{false};
-  // Until multi_stream_: the one blocking stream besides the legacy stream
-  // (0: none yet).  Guarded by serial_mutex_, which leave_serial holds
-  // through its drain so that no stream noted meanwhile runs work early.
-  std::mutex serial_mutex_;
-  StreamId sole_blocking_ = 0;
-  std::atomic<bool> serial_{true};  // !multi_stream_, cleared after the drain
+  StreamOrder order_;
   std::set<DevicePtr> deferred_;
   std::atomic<std::size_t> deferred_count_{0};
 };
@@ -129,6 +114,9 @@ ContextState* find_current_state(CUcontext ctx, const RealDriver* d);
   if (last.ctx == ctx && last.state->alive()) [[likely]] return last.state;
   return detail::find_current_state(ctx, d);
 }
+
+// The live state of `ctx`, or nullptr (never creates one).
+ContextState* live_state_of(CUcontext ctx);
 
 // The live context whose allocator owns `ptr` (inside one of its segments),
 // the current context first; nullptr if none.

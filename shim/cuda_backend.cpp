@@ -66,6 +66,7 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
 // would invalidate the capture): report "not ready" and let the block wait.
 Status CudaBackend::event_query(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
+  std::shared_lock gate(capture_gate());
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   return status(call(d_->cuEventQuery, as_event(event)));
 }
@@ -83,6 +84,14 @@ Status CudaBackend::event_destroy(EventId event) {
 Status CudaBackend::synchronize_device() {
   if (detached()) [[unlikely]] return kContextDestroyed;
   return status(call(d_->cuCtxSynchronize));
+}
+
+Status CudaBackend::stream_wait_event(StreamId stream, EventId event) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  CUstream s = nullptr;
+  if (d_->cuStreamWaitEvent == nullptr) return kNotSupported;
+  if (!to_cu_stream(stream, &s)) return kInvalidValue;
+  return status(call(d_->cuStreamWaitEvent, s, as_event(event), 0));
 }
 
 CudaBackend::Fence* CudaBackend::take_fence() {
@@ -120,6 +129,7 @@ bool CudaBackend::cover(Fence* f, CUstream stream, int* queries) {
 
 Status CudaBackend::fence_record(FenceId* out, FenceCost* cost) {
   if (detached()) [[unlikely]] return kContextDestroyed;
+  std::shared_lock gate(capture_gate());
   if (capture_in_flight()) [[unlikely]] return kNotReady;
   Fence* f = take_fence();
   f->used = f->done = 0;
@@ -143,6 +153,7 @@ Status CudaBackend::fence_record(FenceId* out, FenceCost* cost) {
 // several: the ones already seen complete are not asked again.
 Status CudaBackend::fence_query(FenceId fence) {
   if (detached()) [[unlikely]] return kContextDestroyed;
+  std::shared_lock gate(capture_gate());
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {

@@ -33,6 +33,9 @@ class CudaBackend final : public DeviceBackend {
   Status event_synchronize(EventId event) override;
   Status event_destroy(EventId event) override;
   Status synchronize_device() override;
+  // Work enqueued on `stream` later waits (on the device) for `event`
+  // (stream_order.cpp).  kNotSupported when the driver lacks the call.
+  Status stream_wait_event(StreamId stream, EventId event);
 
   // A fence is one event on the legacy stream plus one on each stream of
   // `streams` (stream_set.h), recorded under that set's lock; refused

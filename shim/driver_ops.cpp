@@ -37,6 +37,8 @@ bool is_nonblocking(StreamId id) {
 
 // Stream use noted once per (context, stream) per thread in the common case:
 // the context's lock is taken only when the stream changes.
+bool stream_of_other_context(const ContextState& ctx, CUstream stream);
+
 void note_use(ContextState* ctx, StreamId id) {
   thread_local ContextState* t_ctx = nullptr;
   thread_local StreamId t_id = 0;
@@ -204,7 +206,8 @@ CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
   }
   ContextState* ctx = current_context_state();
   const StreamId id = stream_id(stream, ptsz);
-  if (ctx != nullptr) note_use(ctx, id);
+  // (A stream of another context is noted there, when it is created.)
+  if (ctx != nullptr && !stream_of_other_context(*ctx, stream)) note_use(ctx, id);
   Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
   if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
   if (s != kNotOwned) return to_cu(s);
@@ -248,12 +251,25 @@ void note_stream_created(CUstream stream, unsigned int flags) {
     ctx->note_stream(stream_id(stream, false), (flags & CU_STREAM_NON_BLOCKING) != 0);
 }
 
+// The stream's own context forgets it, whichever context is current (multi-
+// GPU programs destroy streams without switching device): asked of the
+// driver while the handle is still valid.  Retiring its blocks records an
+// event on it, so that context is made current meanwhile.
 void note_stream_destroying(CUstream stream) {
   if (obs::logger().should_log(spdlog::level::debug))
     obs::logger().debug("stream {} destroyed", static_cast<const void*>(stream));
   g_stream_generation.fetch_add(1, std::memory_order_relaxed);
   if (!serving(current_mode())) return;
-  if (ContextState* ctx = current_context_state()) ctx->retire_stream(stream_id(stream, false));
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  CUcontext owner_ctx = nullptr;
+  ContextState* owner = nullptr;
+  if (driver()->cuStreamGetCtx != nullptr && driver()->cuStreamGetCtx(stream, &owner_ctx) == CUDA_SUCCESS)
+    owner = live_state_of(owner_ctx);
+  else
+    owner = current_context_state();  // an old driver: the current context, as before
+  if (owner == nullptr) return;
+  ContextGuard guard(driver(), owner->context());
+  owner->retire_stream(stream_id(stream, false));
 }
 
 }  // namespace cachalloc::shim

@@ -96,21 +96,28 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
 // ---- capture: counted so that the allocation path asks the driver only
 // while some capture is in flight (capture_tracking.h) ----
 
+// Counts the capture before the real begin, under the capture gate, and
+// undoes that if the begin fails.
+template <typename Begin>
+static CUresult begin_counted(CUstream stream, bool ptsz, CUstreamCaptureMode mode, Begin&& begin) {
+  std::unique_lock gate(capture_gate());
+  capture_began(stream, ptsz, mode);
+  const CUresult r = begin();
+  if (r != CUDA_SUCCESS) capture_abandoned(stream, ptsz);
+  return r;
+}
+
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2);
-    CUresult r = real_fn(hStream, mode);
-    if (r == CUDA_SUCCESS) capture_began(hStream, false, mode);
-    return r;
+    return begin_counted(hStream, false, mode, [&] { return real_fn(hStream, mode); });
   });
 }
 
 EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2_ptsz);
-    CUresult r = real_fn(hStream, mode);
-    if (r == CUDA_SUCCESS) capture_began(hStream, true, mode);
-    return r;
+    return begin_counted(hStream, true, mode, [&] { return real_fn(hStream, mode); });
   });
 }
 
@@ -118,9 +125,7 @@ EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, co
                                             const CUgraphEdgeData* depData, size_t numDeps, CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph);
-    CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
-    if (r == CUDA_SUCCESS) capture_began(hStream, false, mode);
-    return r;
+    return begin_counted(hStream, false, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); });
   });
 }
 
@@ -129,9 +134,7 @@ EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGrap
                                                  CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph_ptsz);
-    CUresult r = real_fn(hStream, hGraph, deps, depData, numDeps, mode);
-    if (r == CUDA_SUCCESS) capture_began(hStream, true, mode);
-    return r;
+    return begin_counted(hStream, true, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); });
   });
 }
 

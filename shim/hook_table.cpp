@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "stream_watch.h"
+
 // cuCtxDetach is deprecated, but programs may still call it: it is hooked
 // because it destroys a context.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -114,7 +116,7 @@ const ByBase kByBase[] = {
 void* wrapper_for_symbol(const char* name) {
   for (const ByName& e : kByName)
     if (std::strcmp(e.name, name) == 0) return e.wrapper;
-  return nullptr;
+  return watch_wrapper_for_symbol(name);
 }
 
 void* wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags) {

@@ -8,6 +8,7 @@
 #include "cuda_api.h"
 #include "hook_table.h"
 #include "real_driver.h"
+#include "stream_watch.h"
 
 using namespace cachalloc::shim;
 
@@ -16,6 +17,7 @@ using namespace cachalloc::shim;
 static void redirect(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
   if (void* w = wrapper_for_proc(symbol, version, flags)) *pfn = w;
+  else if (void* v = watch_wrapper_for_proc(symbol, version, flags, *pfn)) *pfn = v;
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,

@@ -57,6 +57,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuDeviceSetMemPool, "cuDeviceSetMemPool");
   resolve(h, &d->cuMemPoolSetAccess, "cuMemPoolSetAccess");
   resolve(h, &d->cuStreamGetCtx, "cuStreamGetCtx");
+  resolve(h, &d->cuStreamWaitEvent, "cuStreamWaitEvent");
   resolve(h, &d->cuGreenCtxCreate, "cuGreenCtxCreate");
   resolve(h, &d->cuCtxGetCurrent, "cuCtxGetCurrent");
   resolve(h, &d->cuCtxSetCurrent, "cuCtxSetCurrent");

@@ -60,6 +60,7 @@ struct RealDriver {
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
   PFN_cuStreamQuery_v2000 cuStreamQuery = nullptr;        // optional: fences skip idle streams
   PFN_cuStreamGetCtx_v9020 cuStreamGetCtx = nullptr;      // optional
+  PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;  // optional: a new stream waits for earlier work
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;

@@ -8,7 +8,15 @@
 // thread's per-thread default stream is an odd token made from the address
 // of a thread_local (unique among live threads; real CUstream handles are
 // aligned pointers, hence even); any other handle is its own value.
+//
+// A thread's token is drawn from a process-wide counter the first time the
+// thread asks, never from an address: glibc gives a new thread the TLS block
+// of one that exited, and a token the two shared would let blocks freed on
+// the dead thread's stream (whose work may still run) be reused "in stream
+// order" on the new thread's, a different stream.
 #pragma once
+
+#include <atomic>
 
 #include "cuda_api.h"
 #include "types.h"
@@ -25,10 +33,22 @@ inline constexpr StreamId kLegacyStreamId = 0;
 // mapped to a per-thread token before it reaches the core.
 inline constexpr StreamId kUnorderedStreamId = 2;
 
-// This thread's per-thread default stream token.
+namespace detail {
+// Odd, from 0x1001 on: never a legacy (0), unordered (2) or real (even) id.
+inline std::atomic<StreamId> g_next_per_thread_id{0x1001};
+inline constinit thread_local StreamId t_per_thread_id = 0;
+[[gnu::noinline]] inline StreamId new_per_thread_stream_id() {
+  t_per_thread_id = g_next_per_thread_id.fetch_add(2, std::memory_order_relaxed);
+  return t_per_thread_id;
+}
+}  // namespace detail
+
+// This thread's per-thread default stream token (unique for the process's
+// lifetime, see above).
 inline StreamId per_thread_stream_id() {
-  alignas(8) static thread_local char anchor;
-  return reinterpret_cast<StreamId>(&anchor) + 1;
+  const StreamId id = detail::t_per_thread_id;
+  if (id != 0) [[likely]] return id;
+  return detail::new_per_thread_stream_id();
 }
 
 inline bool is_per_thread_id(StreamId id) { return (id & 1u) != 0; }

@@ -19,20 +19,11 @@
 
 #define MiB ((size_t)1 << 20)
 
-static const char* g_route = "?";
-static const struct cuda_api* A;
-static CUcontext g_ctx; /* device 0's primary context */
+const char* g_route = "?";
+const struct cuda_api* A;
+CUcontext g_ctx; /* device 0's primary context */
 
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", g_route, __FILE__, __LINE__, #cond); \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
-#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
-
-static struct fake_cuda_stats_t stats(void) {
+struct fake_cuda_stats_t stats(void) {
   struct fake_cuda_stats_t s;
   A->fake_stats(&s);
   return s;
@@ -226,27 +217,39 @@ static int one_blocking_stream_serial(void) {
 
 /* The stream that ends the single sequence (here a non-blocking one after
  * a blocking one) may run the blocks reused at once before it while earlier
- * work still uses them: the device is synchronized exactly once, inside the
- * hook that creates it, and never again; later frees are fenced. */
-static int second_stream_drains(void) {
-  CUstream s, n, m;
+ * work still uses them: in the hook that creates it, it is made to wait on
+ * the device for an event recorded on the legacy stream, and so is every
+ * stream noted before that event completes.  The host is never
+ * synchronized (work waiting on the host could hang it); later frees are
+ * fenced. */
+static int second_stream_waits(void) {
+  CUstream s, n, m, late;
+  CUevent e;
   CUdeviceptr p = 0;
   CHECK_CU(A->stream_create(&s, 0));
   for (int i = 0; i < 8; ++i) {
     CHECK_CU(A->mem_alloc(&p, MiB));
     CHECK_CU(A->mem_free(p));
   }
-  const unsigned long syncs = stats().ctx_sync;
-  CHECK(syncs == 0);
+  A->fake_hold(s, 1); /* work enqueued before still runs on s */
+  const unsigned long waits = stats().stream_wait_event;
   CHECK_CU(A->stream_create(&n, CU_STREAM_NON_BLOCKING));
-  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK(stats().stream_wait_event == waits + 1);
+  CHECK_CU(A->event_create(&e, 0));
+  CHECK_CU(A->event_record(e, n));
+  CHECK(A->event_query(e) == CUDA_ERROR_NOT_READY); /* n's work runs after s's */
   CHECK_CU(A->stream_create(&m, 0));
-  CHECK(stats().ctx_sync == syncs + 1);
-  CHECK(check_fenced_reuse(n) == 0); /* fenced now, and no synchronization */
-  CHECK(stats().ctx_sync == syncs + 1);
+  CHECK(stats().stream_wait_event == waits + 2); /* so does a stream created meanwhile */
+  A->fake_hold(s, 0);
+  CHECK_CU(A->event_query(e));
+  CHECK_CU(A->stream_create(&late, 0));
+  CHECK(stats().stream_wait_event == waits + 2); /* the event completed: nothing more to wait for */
+  CHECK(check_fenced_reuse(n) == 0);             /* fenced now */
+  CHECK(stats().ctx_sync == 0);                  /* and the host never waited */
   CHECK_CU(A->stream_destroy(s));
   CHECK_CU(A->stream_destroy(n));
   CHECK_CU(A->stream_destroy(m));
+  CHECK_CU(A->stream_destroy(late));
   return 0;
 }
 
@@ -830,7 +833,7 @@ static const struct behaviour behaviours[] = {
   {"legacy_only", legacy_only},
   {"fence_legacy_reader", fence_legacy_reader},
   {"one_blocking_stream_serial", one_blocking_stream_serial},
-  {"second_stream_drains", second_stream_drains},
+  {"second_stream_waits", second_stream_waits},
   {"expandable", expandable},
   {"expandable_plain_handles", expandable_plain_handles},
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
@@ -883,6 +886,11 @@ int run_behaviour(const char* route, const char* name, const struct cuda_api* ap
     if (strcmp(behaviours[i].name, name) != 0) continue;
     if (setup() != 0) return 1;
     return behaviours[i].run();
+  }
+  behaviour_fn run = stream_order_behaviour(name);
+  if (run != NULL) {
+    if (setup() != 0) return 1;
+    return run();
   }
   fprintf(stderr, "unknown behaviour %s\n", name);
   return 1;

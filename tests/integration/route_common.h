@@ -8,6 +8,8 @@
 #ifndef CACHALLOC_ROUTE_COMMON_H
 #define CACHALLOC_ROUTE_COMMON_H
 
+#include <stdio.h>
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -34,11 +36,39 @@ struct cuda_api {
   PFN_cuMemGetInfo_v3020 mem_get_info;
   PFN_cuMemsetD8_v3020 memset_d8;
   PFN_cuMemcpyDtoH_v3020 memcpy_dtoh;
+  PFN_cuLaunchKernel_v4000 launch_kernel;
+  PFN_cuLaunchKernel_v7000_ptsz launch_kernel_ptsz;
+  PFN_cuEventCreate_v2000 event_create;
+  PFN_cuEventRecord_v2000 event_record;
+  PFN_cuEventQuery_v2000 event_query;
   /* Test controls of the fake driver (never hooked: no "cu" prefix). */
   void (*fake_stats)(struct fake_cuda_stats_t*);
   void (*fake_hold)(CUstream, int);
   void* (*fake_raw)(const char*);
+  void (*fake_on_begin)(void (*)(void*), void*);
 };
+
+/* What every behaviour shares (route_behaviours.c): the route's name for
+ * messages, its functions, device 0's primary context (current when a
+ * behaviour starts), the fake driver's counters now. */
+extern const char* g_route;
+extern const struct cuda_api* A;
+extern CUcontext g_ctx;
+struct fake_cuda_stats_t stats(void);
+
+/* A behaviour returns 0 on success, 77 to skip, else 1 after a message. */
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "[%s] %s:%d: check failed: %s\n", g_route, __FILE__, __LINE__, #cond); \
+      return 1;                                                                               \
+    }                                                                                         \
+  } while (0)
+#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS)
+
+typedef int (*behaviour_fn)(void);
+/* The stream-order behaviours (stream_order_behaviours.c) by name, or NULL. */
+behaviour_fn stream_order_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */

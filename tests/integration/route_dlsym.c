@@ -40,8 +40,14 @@ int main(int argc, char** argv) {
     .mem_get_info = get("cuMemGetInfo_v2"),
     .memset_d8 = get("cuMemsetD8_v2"),
     .memcpy_dtoh = get("cuMemcpyDtoH_v2"),
+    .launch_kernel = get("cuLaunchKernel"),
+    .launch_kernel_ptsz = get("cuLaunchKernel_ptsz"),
+    .event_create = get("cuEventCreate"),
+    .event_record = get("cuEventRecord"),
+    .event_query = get("cuEventQuery"),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))get("fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))get("fake_cuda_hold_stream"),
+    .fake_on_begin = (void (*)(void (*)(void*), void*))get("fake_cuda_on_begin_capture"),
     .fake_raw = (void* (*)(const char*))get("fake_cuda_lookup_raw"),
   };
   return run_behaviour("dlsym", argv[1], &api);

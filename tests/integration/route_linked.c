@@ -8,6 +8,8 @@
 /* cuda.h declares these only for per-thread-default-stream builds. */
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shmem, CUstream s, void** params, void** extra);
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -30,8 +32,14 @@ int main(int argc, char** argv) {
     .mem_get_info = cuMemGetInfo_v2,
     .memset_d8 = cuMemsetD8_v2,
     .memcpy_dtoh = cuMemcpyDtoH_v2,
+    .launch_kernel = cuLaunchKernel,
+    .launch_kernel_ptsz = cuLaunchKernel_ptsz,
+    .event_create = cuEventCreate,
+    .event_record = cuEventRecord,
+    .event_query = cuEventQuery,
     .fake_stats = fake_cuda_stats,
     .fake_hold = fake_cuda_hold_stream,
+    .fake_on_begin = fake_cuda_on_begin_capture,
     .fake_raw = fake_cuda_lookup_raw,
   };
   return run_behaviour("linked", argv[1], &api);

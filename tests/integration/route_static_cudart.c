@@ -83,8 +83,14 @@ int main(int argc, char** argv) {
     .mem_get_info = get("cuMemGetInfo", 12000, 0),
     .memset_d8 = get("cuMemsetD8", 12000, 0),
     .memcpy_dtoh = get("cuMemcpyDtoH", 12000, 0),
+    .launch_kernel = get("cuLaunchKernel", 12000, 0),
+    .launch_kernel_ptsz = get("cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+    .event_create = get("cuEventCreate", 12000, 0),
+    .event_record = get("cuEventRecord", 12000, 0),
+    .event_query = get("cuEventQuery", 12000, 0),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))dlsym(h, "fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))dlsym(h, "fake_cuda_hold_stream"),
+    .fake_on_begin = (void (*)(void (*)(void*), void*))dlsym(h, "fake_cuda_on_begin_capture"),
     .fake_raw = (void* (*)(const char*))dlsym(h, "fake_cuda_lookup_raw"),
   };
   return run_behaviour("static-cudart", argv[1], &api);

@@ -1,0 +1,101 @@
+// stream_order.h — what cachalloc knows about the order of one context's
+// work, and the rule plain frees follow because of it: in one place.
+//
+// A plain cuMemFree / cudaFree names no stream, yet kernels on any stream
+// may still use the block.  Under free_sync:auto a freed block may be
+// reused at once only while every piece of work the context runs is in one
+// sequence; otherwise it waits behind a fence (free_policy.h).  The shim
+// sees no kernel launches directly, so each arrangement below says what it
+// observes, and where it cannot prove one order the rule is the safe one.
+//
+// | arrangement                                   | what the shim observes                                 | plain frees        |
+// |-----------------------------------------------|--------------------------------------------------------|--------------------|
+// | legacy stream only                            | nothing else noted                                     | reuse at once      |
+// | legacy + one blocking stream (cuBLASLt's)     | the stream's creation (cuStreamCreate hook)            | reuse at once (1)  |
+// | legacy + one thread's per-thread stream       | a watched launch/copy/memset on it (stream_watch.h),   | reuse at once (1)  |
+// |                                               | or a _ptsz / CU_STREAM_PER_THREAD alloc or free        |                    |
+// | two blocking streams, in any mix of created   | the second one noted                                   | fence (2)          |
+// | ones and threads' per-thread streams          |                                                        |                    |
+// | any non-blocking stream                       | its creation, or first use in a hooked call            | fence (2)          |
+// | a stream of another context                   | cuStreamGetCtx: noted in its own context only          | its context's rule |
+// | a stream destroyed                            | the destroy hook, in the stream's own context          | blocks cached on it wait for its work |
+// | a graph capture in flight                     | the begin/end hooks (counted before the real begin)    | deferred until it ends |
+//
+// (1) The legacy stream synchronizes with every blocking stream both ways,
+//     so work on it and on one blocking stream runs in one sequence.  A
+//     per-thread default stream is a blocking stream of its thread.
+// (2) A fence is one event on the legacy stream (ordered after every
+//     blocking stream, per-thread ones included) plus one on each busy
+//     non-blocking stream (cuda_backend.cpp).
+//
+// Leaving the single sequence: blocks freed before it were reusable at
+// once and may already be cached for reuse.  The stream that ends the
+// sequence, and every stream noted after it until then, is made to wait
+// (cuStreamWaitEvent, on the device, never the host) for an event recorded
+// on the legacy stream at that moment: nothing it runs can overlap work
+// enqueued before.  No host synchronization, so work that waits on the
+// host (a kernel spinning on a flag the program sets later) cannot hang it.
+// During a graph capture that event cannot be recorded: a warning says so.
+//
+// Not observed (documented in docs/INTERPOSER.md): streams of green
+// contexts, and per-thread-stream work through calls stream_watch.h does
+// not wrap (host functions, event records and waits, graph uploads, IPC of
+// external semaphores): none of them writes device memory.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+
+#include "config.h"
+#include "cuda_backend.h"
+#include "stream_set.h"
+#include "types.h"
+
+namespace cachalloc::shim {
+
+class StreamOrder {
+ public:
+  StreamOrder(CudaBackend* backend, FreeSync policy, int device)
+      : backend_(backend), policy_(policy), device_(device) {}
+
+  // A stream created in, or first used with, this context (never the legacy
+  // stream).  Called before the stream runs anything the shim knows of.
+  void note_stream(StreamId id, bool non_blocking) {
+    if (non_blocking) nonblocking_.add(id);
+    if (serial_.load(std::memory_order_acquire)) [[unlikely]] leave_serial(id, non_blocking);
+    if (serial_end_pending_.load(std::memory_order_acquire)) [[unlikely]] order_after_serial_work(id);
+  }
+  // Before the real cuStreamDestroy (waits for a fence recording on it).
+  void forget_stream(StreamId id) { nonblocking_.remove(id); }
+
+  // True once two streams were seen that the driver does not order with
+  // each other (the table above).  Read on every free (seq_cst: see
+  // leave_serial, which orders these reads with the serial-end event).
+  bool multi_stream() const { return multi_stream_.load(); }
+  const StreamSet& nonblocking() const { return nonblocking_; }
+
+ private:
+  void leave_serial(StreamId id, bool non_blocking);
+  bool record_serial_end();
+  void order_after_serial_work(StreamId id);
+  void log_leaving_serial(StreamId id, bool non_blocking, const char* how);
+
+  CudaBackend* backend_;
+  FreeSync policy_;
+  int device_;
+  StreamSet nonblocking_;  // live non-blocking streams
+  std::atomic<bool> multi_stream_{false};
+  // Guards the rest.  leave_serial holds it while it records the
+  // serial-end event, so a stream noted meanwhile waits for that event too.
+  std::mutex serial_mutex_;
+  // Until multi_stream_: the one blocking stream besides the legacy stream
+  // (0: none yet).
+  StreamId sole_blocking_ = 0;
+  std::atomic<bool> serial_{true};  // !multi_stream_, cleared once the event is recorded
+  // The event on the legacy stream recorded when the sequence ended, until
+  // it completes: streams noted meanwhile wait for it.
+  EventId serial_end_ = 0;
+  std::atomic<bool> serial_end_pending_{false};
+};
+
+}  // namespace cachalloc::shim

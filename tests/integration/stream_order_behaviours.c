@@ -1,0 +1,281 @@
+/* stream_order_behaviours.c — the stream arrangements of shim/stream_order.h
+ * that a program reveals only through its work (per-thread default streams,
+ * streams of other contexts), each as a route behaviour.
+ *
+ * As in route_behaviours.c, a stream held busy (fake_cuda_hold_stream)
+ * stands in for a kernel still running; an event recorded on a stream and
+ * queried tells whether the fake orders that stream's new work after the
+ * held one.  A kernel launch (cuLaunchKernel, its _ptsz twin) is how the
+ * program names its per-thread default stream. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "route_common.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* A launch on this thread's per-thread default stream: stream 0 through
+ * the _ptsz entry point (programs built with --default-stream per-thread),
+ * or CU_STREAM_PER_THREAD through the plain one (cudaStreamPerThread, CuPy
+ * and numba in their per-thread modes). */
+static CUresult launch_per_thread(int via_ptsz) {
+  return via_ptsz ? A->launch_kernel_ptsz(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
+                  : A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL);
+}
+
+/* One thread, one created blocking stream s, and the thread's per-thread
+ * stream P: two blocking streams, not ordered with each other.  A kernel on
+ * P still writes p when p is freed; the next allocation of that size, which
+ * the program fills on s, must not be p until something waited for P. */
+static int per_thread_beside_blocking(int via_ptsz) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, 0)); /* the one blocking stream: still one sequence */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(launch_per_thread(via_ptsz)); /* the kernel that writes p, on P */
+  CHECK(stats().per_thread_launches == 1);
+  A->fake_hold(CU_STREAM_PER_THREAD, 1); /* ...and still runs */
+  const unsigned long waits = stats().event_sync, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p || stats().event_sync > waits || stats().ctx_sync > syncs);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+static int ptsz_launch_beside_blocking(void) { return per_thread_beside_blocking(1); }
+static int per_thread_handle_beside_blocking(void) { return per_thread_beside_blocking(0); }
+
+/* Two threads, no created stream.  The main thread's kernel on its
+ * per-thread stream P1 still writes p when p is freed; another thread,
+ * before it ever used its own per-thread stream P2, gets p back at once (one
+ * sequence so far) and fills it from P2.  Its first launch ends the single
+ * sequence: P2 must wait for P1's kernel (an event recorded on P2 after the
+ * launch is not complete while P1 is busy). */
+struct second_thread {
+  int via_ptsz;
+  CUdeviceptr got;
+  CUresult launch, record, query_busy;
+  CUevent e;
+};
+
+static void* fill_from_second_thread(void* arg) {
+  struct second_thread* t = arg;
+  if (A->ctx_set_current(g_ctx) != CUDA_SUCCESS || A->mem_alloc(&t->got, MiB) != CUDA_SUCCESS) return NULL;
+  t->launch = launch_per_thread(t->via_ptsz);
+  if (A->event_create(&t->e, 0) != CUDA_SUCCESS) return NULL;
+  t->record = A->event_record(t->e, CU_STREAM_PER_THREAD);
+  t->query_busy = A->event_query(t->e);
+  return NULL;
+}
+
+static int per_thread_two_threads(int via_ptsz) {
+  CUdeviceptr p = 0;
+  pthread_t th;
+  struct second_thread t = {.via_ptsz = via_ptsz, .launch = CUDA_ERROR_UNKNOWN, .record = CUDA_ERROR_UNKNOWN};
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(launch_per_thread(via_ptsz));
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  CHECK_CU(A->mem_free(p));
+  CHECK(pthread_create(&th, NULL, fill_from_second_thread, &t) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK_CU(t.launch);
+  CHECK_CU(t.record);
+  CHECK(stats().per_thread_launches == 2);
+  /* Reused at once or not, P2's work may not overlap P1's. */
+  CHECK(t.got != p || t.query_busy == CUDA_ERROR_NOT_READY);
+  CHECK(stats().ctx_sync == 0); /* ordered on the device, not by waiting on the host */
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->event_query(t.e));
+  CHECK_CU(A->mem_free(t.got));
+  return 0;
+}
+static int ptsz_launch_two_threads(void) { return per_thread_two_threads(1); }
+static int per_thread_handle_two_threads(void) { return per_thread_two_threads(0); }
+
+/* A program built for per-thread default streams with one thread stays one
+ * sequence: its per-thread stream is the one blocking stream besides the
+ * legacy stream, so frees are reused at once, with no event and no sync. */
+static int ptsz_one_thread_serial(void) {
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(launch_per_thread(1));
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q == p);
+  const struct fake_cuda_stats_t st = stats();
+  CHECK(st.event_record == 0 && st.ctx_sync == 0 && st.stream_wait_event == 0);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
+/* A thread's per-thread stream token must not pass to a later thread (glibc
+ * hands a new thread the TLS block of one that exited): blocks a finished
+ * thread freed in its stream's order, while its work still runs, are not
+ * reused "in stream order" by the next thread. */
+struct token_thread {
+  CUdeviceptr p;
+  int ok;
+};
+
+static void* free_on_own_stream(void* arg) {
+  struct token_thread* t = arg;
+  t->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc_async_ptsz(&t->p, MiB, NULL) == CUDA_SUCCESS;
+  A->fake_hold(CU_STREAM_PER_THREAD, 1); /* its kernel on p still runs when the thread ends */
+  t->ok = t->ok && A->mem_free_async_ptsz(t->p, NULL) == CUDA_SUCCESS;
+  return NULL;
+}
+
+static void* alloc_on_own_stream(void* arg) {
+  struct token_thread* t = arg;
+  t->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc_async_ptsz(&t->p, MiB, NULL) == CUDA_SUCCESS;
+  return NULL;
+}
+
+static int per_thread_token_not_inherited(void) {
+  for (int round = 0; round < 4; ++round) {
+    struct token_thread first = {0}, second = {0};
+    pthread_t t1, t2;
+    CHECK(pthread_create(&t1, NULL, free_on_own_stream, &first) == 0);
+    CHECK(pthread_join(t1, NULL) == 0);
+    CHECK(pthread_create(&t2, NULL, alloc_on_own_stream, &second) == 0);
+    CHECK(pthread_join(t2, NULL) == 0);
+    CHECK(first.ok && second.ok);
+    CHECK(second.p != first.p || stats().ctx_sync > 0 || stats().event_sync > 0);
+    CHECK_CU(A->mem_free(second.p));
+  }
+  return 0;
+}
+
+/* A non-blocking stream of context c1, destroyed while c0 is current, must
+ * leave c1's fence set: later fences in c1 would otherwise query and record
+ * events on the dead handle (the real driver crashes there). */
+static int stream_destroyed_from_other_context(void) {
+  typedef CUresult (*ctx_create_fn)(CUcontext*, unsigned int, CUdevice);
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext c1;
+  CUstream n, s2;
+  CUdeviceptr p = 0, b[64];
+  CHECK(create != NULL);
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&p, MiB)); /* c1 has a cache */
+  CHECK_CU(A->stream_create(&n, CU_STREAM_NON_BLOCKING));
+  A->fake_hold(n, 1); /* busy: a fence covering n records an event on it */
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  CHECK_CU(A->stream_destroy(n));
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING)); /* may reuse n's handle value */
+  CHECK_CU(A->mem_free(p));
+  for (int round = 0; round < 2; ++round) { /* misses: fences are recorded */
+    for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_alloc(&b[i], MiB));
+    for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_free(b[i]));
+  }
+  CHECK(stats().event_record > 0);
+  CHECK(stats().record_on_dead_stream == 0);
+  CHECK_CU(A->stream_destroy(s2));
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  return 0;
+}
+
+/* cudaFree is a host synchronization point on the bare driver; under
+ * cachalloc's default (free_sync:auto) it is not: work still running (here
+ * a copy into host memory, an event on a busy stream) is not waited for by
+ * the free.  free_sync:device restores the driver's behaviour exactly.
+ * The behaviour checks whichever the configuration promises. */
+static int free_host_sync(void) {
+  const char* conf = getenv("CACHALLOC_CONF");
+  const int device_rule = conf != NULL && strstr(conf, "free_sync:device") != NULL;
+  CUstream s;
+  CUevent copy_done;
+  CUdeviceptr p = 0;
+  CHECK_CU(A->stream_create(&s, 0));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  A->fake_hold(s, 1); /* an asynchronous copy on s is still running */
+  CHECK_CU(A->event_create(&copy_done, 0));
+  CHECK_CU(A->event_record(copy_done, s));
+  CHECK_CU(A->mem_free(p));
+  if (device_rule) {
+    CHECK(stats().ctx_sync == 1);
+    CHECK_CU(A->event_query(copy_done)); /* the free waited for it */
+  } else {
+    CHECK(stats().ctx_sync == 0);
+    CHECK(A->event_query(copy_done) == CUDA_ERROR_NOT_READY); /* reading the host buffer now races */
+  }
+  A->fake_hold(s, 0);
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* A global-mode capture begun on one thread while another thread's cache
+ * miss records a fence: the fence's event on the legacy stream would
+ * invalidate the capture, so it must either complete before the capture
+ * begins or see it and wait.  The fake runs the other thread from inside
+ * the begin, after the capture is active and before the call returns. */
+struct miss_thread {
+  pthread_t thread;
+  int started, ok;
+};
+
+static void* miss_while_beginning(void* arg) {
+  struct miss_thread* m = arg;
+  CUdeviceptr q = 0;
+  m->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc(&q, MiB) == CUDA_SUCCESS &&
+          A->mem_free(q) == CUDA_SUCCESS;
+  return NULL;
+}
+
+static void start_miss(void* arg) {
+  struct miss_thread* m = arg;
+  m->started = pthread_create(&m->thread, NULL, miss_while_beginning, m) == 0;
+  usleep(100 * 1000); /* the begin stays in flight meanwhile */
+}
+
+static int capture_begin_window(void) {
+  CUstream s1, s2;
+  CUgraph g;
+  CUdeviceptr b[64];
+  struct miss_thread m = {0};
+  CHECK_CU(A->stream_create(&s1, 0));
+  CHECK_CU(A->stream_create(&s2, 0)); /* two blocking streams: frees wait for fences */
+  for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_alloc(&b[i], MiB));
+  for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_free(b[i])); /* waiting for a fence: the next miss records one */
+  A->fake_on_begin(start_miss, &m);
+  const CUresult begun = A->begin_capture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  A->fake_on_begin(NULL, NULL);
+  CHECK_CU(begun);
+  CHECK(m.started);
+  CHECK(pthread_join(m.thread, NULL) == 0);
+  CHECK(m.ok);
+  CHECK_CU(A->end_capture(s1, &g));
+  CHECK(stats().capture_invalidations == 0);
+  return 0;
+}
+
+static const struct {
+  const char* name;
+  behaviour_fn run;
+} cases[] = {
+  {"capture_begin_window", capture_begin_window},
+  {"ptsz_launch_beside_blocking", ptsz_launch_beside_blocking},
+  {"per_thread_handle_beside_blocking", per_thread_handle_beside_blocking},
+  {"ptsz_launch_two_threads", ptsz_launch_two_threads},
+  {"per_thread_handle_two_threads", per_thread_handle_two_threads},
+  {"ptsz_one_thread_serial", ptsz_one_thread_serial},
+  {"per_thread_token_not_inherited", per_thread_token_not_inherited},
+  {"stream_destroyed_from_other_context", stream_destroyed_from_other_context},
+  {"free_host_sync", free_host_sync},
+};
+
+behaviour_fn stream_order_behaviour(const char* name) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    if (strcmp(cases[i].name, name) == 0) return cases[i].run;
+  return NULL;
+}
