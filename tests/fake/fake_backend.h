@@ -5,12 +5,25 @@
 // pending until the test completes them, and fails the next N segment
 // allocations on request — like rmm's limiting upstream or harfbuzz's
 // failing allocator.
+//
+// Fences are modelled as the shim records them (shim/cuda_backend.cpp): an
+// event on the legacy stream, and for each non-blocking stream the test
+// declared, a stream query, plus an event when the test marked it busy; the
+// fake counts the queries so that tests can hold the allocator's fence
+// statistics to them.  A logical clock orders records, fences and device
+// synchronizations, so that a test can ask whether the device has *shown*
+// (through an event, a fence or a synchronization the allocator could see)
+// that work enqueued before some moment completed: stream_done_after() and
+// device_done_after(), the oracle of the reuse-safety checks.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 #include "backend.h"
 
@@ -30,11 +43,13 @@ class FakeBackend final : public DeviceBackend {
   // Events complete only when the test says so, unless auto-complete is on.
   void set_auto_complete(bool on) { auto_complete_ = on; }
   void complete_all_events() {
-    for (auto& [id, ev] : events_) ev.done = true;
+    for (auto& [id, ev] : events_) mark_done(ev);
+    note_fences();
   }
   void complete_events_on(StreamId stream) {
     for (auto& [id, ev] : events_)
-      if (ev.recorded && ev.stream == stream) ev.done = true;
+      if (ev.recorded && ev.stream == stream) mark_done(ev);
+    note_fences();
   }
   // Sets the memory that someone else holds on the device.
   void set_foreign_usage(std::size_t bytes) { foreign_ = bytes; }
@@ -96,7 +111,12 @@ class FakeBackend final : public DeviceBackend {
     auto& ev = get(e);
     ev.recorded = true;
     ev.stream = stream;
-    ev.done = auto_complete_;
+    ev.at = ++clock_;
+    ev.done = false;
+    if (auto_complete_) {
+      mark_done(ev);
+      note_fences();
+    }
     return kSuccess;
   }
   Status event_query(EventId e) override {
@@ -105,7 +125,8 @@ class FakeBackend final : public DeviceBackend {
   }
   Status event_synchronize(EventId e) override {
     ++event_syncs;
-    get(e).done = true;
+    mark_done(get(e));
+    note_fences();
     return kSuccess;
   }
   Status event_destroy(EventId e) override {
@@ -113,22 +134,71 @@ class FakeBackend final : public DeviceBackend {
     events_.erase(e);
     return kSuccess;
   }
-  // A fence is the base class's event on stream 0, unless refused (as the
-  // shim's backend refuses one while a graph capture is in flight).  It
-  // reports `fence_events` events, as the shim's would with that many
-  // streams alive (one event on stream 0 stands for all of them here).
+  // ---- fences (as the shim's: an event on the legacy stream, and per
+  // non-blocking stream a query, plus an event when it is busy) ----
   void refuse_fences(bool on) { refuse_fences_ = on; }
-  int fence_records = 0;
-  int fence_events = 1;
+  // Declares a live non-blocking stream (a fence covers it), idle or busy.
+  void add_nonblocking_stream(StreamId s, bool busy = false) { nonblocking_[s] = busy; }
+  void set_stream_busy(StreamId s, bool busy) { nonblocking_.at(s) = busy; }
+  void remove_nonblocking_stream(StreamId s) { nonblocking_.erase(s); }
+  int fence_records = 0;        // fences recorded (successfully or not)
+  int fence_event_records = 0;  // events the fences recorded (legacy stream included)
+  int stream_queries = 0;       // non-blocking streams the fences asked whether they were idle
+  std::size_t live_fences() const { return fences_.size(); }
   Status fence_record(FenceId* out, FenceCost* cost) override {
     if (refuse_fences_) return kNotReady;
     ++fence_records;
-    const Status st = DeviceBackend::fence_record(out, cost);
-    if (st == kSuccess) cost->events = fence_events;
-    return st;
+    Fence f{++clock_, {}};
+    Status st = fence_event(&f, 0);
+    for (auto it = nonblocking_.begin(); st == kSuccess && it != nonblocking_.end(); ++it) {
+      ++stream_queries;
+      if (it->second) st = fence_event(&f, it->first);
+    }
+    if (st != kSuccess) {
+      for (EventId e : f.events) event_destroy(e);
+      return st;
+    }
+    *out = next_fence_++;
+    *cost = FenceCost{.events = static_cast<int>(f.events.size()),
+                      .stream_queries = static_cast<int>(nonblocking_.size())};
+    fences_[*out] = f;
+    note_fences();
+    return kSuccess;
   }
+  Status fence_query(FenceId fence) override {
+    for (EventId e : get_fence(fence).events)
+      if (event_query(e) != kSuccess) return kNotReady;
+    return kSuccess;
+  }
+  Status fence_synchronize(FenceId fence) override {
+    for (EventId e : get_fence(fence).events) event_synchronize(e);
+    return kSuccess;
+  }
+  void fence_destroy(FenceId fence) override {
+    for (EventId e : get_fence(fence).events) event_destroy(e);
+    fences_.erase(fence);
+  }
+
+  // ---- what the device has shown complete ----
+  // The clock: each event record, fence and device synchronization takes
+  // the next tick.  Read it just before a free; work enqueued before the
+  // free is enqueued before tick now()+1.
+  std::uint64_t now() const { return clock_; }
+  // Whether the device has shown that all work enqueued on `stream` before
+  // tick t+1 completed: an event recorded on it after t is done, or the
+  // device was synchronized after t.
+  bool stream_done_after(StreamId stream, std::uint64_t t) const {
+    auto it = stream_done_at_.find(stream);
+    return device_synced_at_ > t || (it != stream_done_at_.end() && it->second > t);
+  }
+  // Whether it has shown that all work on every stream enqueued before tick
+  // t+1 completed: a fence recorded after t is complete, or the device was
+  // synchronized after t.
+  bool device_done_after(std::uint64_t t) const { return device_synced_at_ > t || fence_done_at_ > t; }
+
   Status synchronize_device() override {
     ++device_syncs;
+    device_synced_at_ = ++clock_;
     complete_all_events();
     return kSuccess;
   }
@@ -220,11 +290,48 @@ class FakeBackend final : public DeviceBackend {
     bool recorded = false;
     bool done = false;
     StreamId stream = 0;
+    std::uint64_t at = 0;  // the tick of its last record
+  };
+  struct Fence {
+    std::uint64_t at = 0;
+    std::vector<EventId> events;  // the legacy stream's first
   };
   Event& get(EventId e) {
     auto it = events_.find(e);
     if (it == events_.end()) throw std::logic_error("FakeBackend: unknown event");
     return it->second;
+  }
+  Fence& get_fence(FenceId f) {
+    auto it = fences_.find(f);
+    if (it == fences_.end()) throw std::logic_error("FakeBackend: unknown fence");
+    return it->second;
+  }
+  // A fence's event on `stream`, created and recorded as the shim does.
+  Status fence_event(Fence* f, StreamId stream) {
+    EventId e = 0;
+    Status st = event_create(&e);
+    if (st != kSuccess) return st;
+    st = event_record(e, stream);
+    if (st != kSuccess) {
+      event_destroy(e);
+      return st;
+    }
+    ++fence_event_records;
+    f->events.push_back(e);
+    return kSuccess;
+  }
+  // Done: all work on its stream before its record has completed.
+  void mark_done(Event& ev) {
+    ev.done = true;
+    if (!ev.recorded) return;
+    std::uint64_t& at = stream_done_at_[ev.stream];
+    at = std::max(at, ev.at);
+  }
+  // A fence whose events are all done has shown every stream complete up to it.
+  void note_fences() {
+    for (const auto& [id, f] : fences_)
+      if (std::all_of(f.events.begin(), f.events.end(), [&](EventId e) { return get(e).done; }))
+        fence_done_at_ = std::max(fence_done_at_, f.at);
   }
 
   std::size_t total_;
@@ -239,6 +346,13 @@ class FakeBackend final : public DeviceBackend {
   EventId next_event_ = 1;
   std::map<DevicePtr, std::size_t> segments_;
   std::map<EventId, Event> events_;
+  std::map<StreamId, bool> nonblocking_;  // live non-blocking streams: busy?
+  std::map<FenceId, Fence> fences_;
+  FenceId next_fence_ = 1;
+  std::uint64_t clock_ = 0;
+  std::uint64_t device_synced_at_ = 0;          // the last synchronize_device
+  std::uint64_t fence_done_at_ = 0;             // the latest fence seen complete
+  std::map<StreamId, std::uint64_t> stream_done_at_;  // the latest event seen done, per stream
   std::map<DevicePtr, std::size_t> reservations_;
   std::map<MemHandle, std::size_t> handles_;
   std::map<DevicePtr, MemHandle> mappings_;

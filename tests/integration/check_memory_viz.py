@@ -5,7 +5,9 @@ memory_viz expects, and does it say what cachalloc recorded?
     check_memory_viz.py PICKLE SNAPSHOT.json [TRACE.json] [--expect WHAT ...]
                         [--torch auto|require|skip] [--html-dir DIR]
 
-Checks, in order (the first failure is printed and the exit status is 1):
+Checks, in order (the first failure is printed and the exit status is 1;
+when all ran and passed it is 0, or 77 when the PyTorch part could not run
+under --torch auto: "skipped", as meson and automake count 77):
   1. the pickle uses only the opcodes and protocols (2..4) that the unpickler
      in torch/utils/viz/MemoryViz.js (pytorch.org/memory_viz) implements;
   2. the structure of torch.cuda.memory._snapshot() (keys and types of the
@@ -378,15 +380,16 @@ def check_memoryviz(data, dropped):
 # --- 5. PyTorch ---------------------------------------------------------------
 
 def check_torch(path, data, mode, html_dir):
+    """Returns False when PyTorch could not be imported (--torch auto)."""
     if mode == "skip":
         print("skip torch: --torch skip")
-        return
+        return True
     try:
         import torch.cuda._memory_viz as mv  # noqa: F401
     except Exception as e:  # ImportError, or a torch that cannot load
         need(mode != "require", f"cannot import torch.cuda._memory_viz: {e}")
         print(f"skip torch: cannot import torch.cuda._memory_viz ({type(e).__name__})")
-        return
+        return False
     import torch.cuda._memory_viz as mv
     ident = lambda lines: lines  # no flamegraph.pl download
     for name, out in (("trace_plot", mv.trace_plot(data)), ("trace_plot(plot_segments)", mv.trace_plot(data, plot_segments=True)),
@@ -421,6 +424,7 @@ def check_torch(path, data, mode, html_dir):
     where = f" into {html_dir}" if html_dir else ""
     print(f"ok torch {getattr(__import__('torch'), '__version__', '?')}: _memory_viz trace_plot, segment_plot, "
           f"segsum, trace, segments, memory; the command lines wrote HTML{where} embedding this snapshot")
+    return True
 
 
 def main():
@@ -476,11 +480,11 @@ def main():
                 raise Failed(f"unknown --expect {what}")
         if a.expect:
             print(f"ok expected: {', '.join(a.expect)}")
-        check_torch(a.pickle, data, a.torch, a.html_dir)
+        torch_ran = check_torch(a.pickle, data, a.torch, a.html_dir)
     except Failed as e:
         print(f"FAIL: {e}")
         return 1
-    return 0
+    return 0 if torch_ran else 77
 
 
 if __name__ == "__main__":

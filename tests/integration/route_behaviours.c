@@ -29,6 +29,18 @@ struct fake_cuda_stats_t stats(void) {
   return s;
 }
 
+/* A number the preloaded shim counted: "<key>": in cachalloc_stats_json
+ * (its first occurrence: the only device these behaviours use), or -1. */
+static long long shim_stat(const char* key) {
+  static char json[1 << 17];
+  int (*stats_json)(char*, size_t) = (int (*)(char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_stats_json");
+  if (stats_json == NULL || stats_json(json, sizeof json) != 0) return -1;
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "\"%s\":", key);
+  const char* at = strstr(json, pattern);
+  return at == NULL ? -1 : strtoll(at + strlen(pattern), NULL, 10);
+}
+
 /* cuInit, device 0, its primary context made current. */
 static int setup(void) {
   CUdevice dev;
@@ -296,11 +308,16 @@ static int idle_streams_skipped(void) {
   for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_create(&idle[i], CU_STREAM_NON_BLOCKING));
   CHECK_CU(A->stream_create(&busy, CU_STREAM_NON_BLOCKING));
   const unsigned long records = stats().event_record, queries = stats().stream_query;
+  const long long counted = shim_stat("num_fence_stream_queries");
+  CHECK(counted >= 0);
   CHECK(check_fenced_reuse(busy) == 0);
   const unsigned long recorded = stats().event_record - records, asked = stats().stream_query - queries;
   CHECK(asked >= kIdle + 1);             /* every non-blocking stream was asked... */
   CHECK(recorded >= 2);                  /* ...the legacy and the busy one got events... */
   CHECK(recorded * (kIdle / 4) <= asked); /* ...and the idle ones none (2 per 33 queries) */
+  /* The fences made every query the driver answered (nothing else queries a
+   * stream here), and the statistics count each one. */
+  CHECK(shim_stat("num_fence_stream_queries") - counted == (long long)asked);
   for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_destroy(idle[i]));
   CHECK_CU(A->stream_destroy(busy));
   return 0;

@@ -134,7 +134,9 @@ TEST_CASE("below the batch minimum a miss grows instead of recording a fence") {
 
 TEST_CASE("with many streams, 20 waiting frees that could serve a miss get a fence instead of growth") {
   AllocFixture f;
-  f.backend.fence_events = 129;  // PyTorch's pool of non-blocking streams alive
+  // PyTorch's pool of non-blocking streams alive, all idle: each fence
+  // records one event and makes 128 stream queries.
+  for (StreamId s = 1; s <= 128; ++s) f.backend.add_nonblocking_stream(0x5000 + s);
   // A first fence teaches the allocator what a fence costs: the full batch
   // is then 160 frees.
   f.free(f.malloc(2 * MiB));

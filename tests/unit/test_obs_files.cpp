@@ -323,9 +323,17 @@ TEST_CASE("stats:stderr prints the table, no file", "[obs][files]") {
 
 TEST_CASE("nothing configured: nothing written", "[obs][files]") {
   ProcessReport r = small_report();
+  // Run from an empty directory: a report written to a default (relative)
+  // name would appear there.
+  TempDir dir;
+  char cwd[4096];
+  REQUIRE(getcwd(cwd, sizeof cwd) != nullptr);
+  REQUIRE(chdir(dir.path.c_str()) == 0);
   std::string err = capture_stderr([&] {
     write_exit_reports(r, TraceRing::Contents{});
     write_snapshot(r);
   });
+  REQUIRE(chdir(cwd) == 0);
   CHECK(err.empty());
+  CHECK(dir.entries().empty());
 }

@@ -1,13 +1,17 @@
 // test_randomized.cpp — long random sequences of malloc / free / record_stream
-// / free_fenced / empty_cache with injected device failures and events that
-// complete at random, checking the invariants after every step and the
-// statistics against a model kept by the test itself.
+// / free_fenced / free_deferred / empty_cache with injected device failures,
+// events that complete at random and fences over non-blocking streams that
+// are busy at random, checking after every step the invariants, the
+// statistics against a model kept by the test itself, the fence statistics
+// against the fake backend's counts, and every address handed out against
+// the ranges not yet safe to reuse (reuse_oracle.h).
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <vector>
 
 #include "alloc_fixture.h"
+#include "reuse_oracle.h"
 #include "size_policy.h"
 
 using namespace cachalloc;
@@ -19,7 +23,13 @@ struct Live {
   std::size_t size;
   std::size_t rounded;
   StreamId stream;
+  std::vector<StreamId> uses;  // record_stream
 };
+
+// Streams 0x22 and 0x33 are non-blocking: fences query them, and record an
+// event on them while they are busy.
+constexpr StreamId kStreams[] = {0, 0x11, 0x22, 0x33};
+constexpr StreamId kNonBlocking[] = {0x22, 0x33};
 
 std::size_t random_size(std::mt19937_64& rng) {
   switch (rng() % 4) {
@@ -30,12 +40,19 @@ std::size_t random_size(std::mt19937_64& rng) {
   }
 }
 
-// Returns the final statistics so callers can check the paths were exercised.
-DeviceStats run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes) {
+// The final statistics and how many addresses came back after a wait, so
+// that callers can check the paths were exercised.
+struct Outcome {
+  DeviceStats stats;
+  std::size_t waited_reuses;
+};
+
+Outcome run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes) {
   AllocFixture f(cfg, device_bytes);
+  ReuseOracle oracle(f.backend);
+  for (StreamId s : kNonBlocking) f.backend.add_nonblocking_stream(s);
   std::mt19937_64 rng(seed);
   std::map<DevicePtr, Live> live;
-  const StreamId streams[] = {0, 0x11, 0x22, 0x33};
   std::int64_t expected_ooms = 0;
   for (int step = 0; step < steps; ++step) {
     INFO("seed " << seed << " step " << step);
@@ -43,7 +60,7 @@ DeviceStats run_random(std::uint64_t seed, int steps, const Config& cfg, std::si
     if (op < 45 || live.empty()) {
       if (rng() % 20 == 0) f.backend.fail_next_allocs(1 + static_cast<int>(rng() % 3));
       const std::size_t size = random_size(rng);
-      const StreamId s = streams[rng() % 4];
+      const StreamId s = kStreams[rng() % 4];
       DevicePtr p = 0;
       const Status st = f.try_malloc(size, s, &p);
       if (st == kOutOfMemory) {
@@ -52,24 +69,37 @@ DeviceStats run_random(std::uint64_t seed, int steps, const Config& cfg, std::si
       }
       REQUIRE(st == kSuccess);
       REQUIRE(live.count(p) == 0);
-      live[p] = {size, round_size(size, cfg), s};
+      const std::string early = oracle.check(p, size, s);
+      INFO(early);
+      REQUIRE(early.empty());
+      live[p] = {size, round_size(size, cfg), s, {}};
     } else if (op < 80) {
       auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
-      const unsigned how = rng() % 3;
+      const Live& l = it->second;
+      const unsigned how = rng() % 4;
       if (how == 0) {
-        REQUIRE(f.alloc->record_stream(it->first, streams[rng() % 4]) == kSuccess);
+        const StreamId s = kStreams[rng() % 4];
+        REQUIRE(f.alloc->record_stream(it->first, s) == kSuccess);
         f.alloc->validate();
+        it->second.uses.push_back(s);
       } else if (how == 1) {
-        const StreamId fence[] = {0, 0x11, 0x22, 0x33};
-        REQUIRE(f.alloc->free_fenced(it->first, fence) == kSuccess);
+        oracle.freeing(it->first, l.size, l.stream, l.uses, kStreams);
+        REQUIRE(f.alloc->free_fenced(it->first, kStreams) == kSuccess);
+        f.alloc->validate();
+        live.erase(it);
+      } else if (how == 2) {
+        oracle.freeing_deferred(it->first, l.size, l.stream);
+        REQUIRE(f.alloc->free_deferred(it->first) == kSuccess);
         f.alloc->validate();
         live.erase(it);
       } else {
+        oracle.freeing(it->first, l.size, l.stream, l.uses);
         f.free(it->first);
         live.erase(it);
       }
     } else if (op < 92) {
-      f.backend.complete_events_on(streams[rng() % 4]);
+      f.backend.complete_events_on(kStreams[rng() % 4]);
+      if (rng() % 2 == 0) f.backend.set_stream_busy(kNonBlocking[rng() % 2], rng() % 2 == 0);
     } else if (op < 95) {
       f.empty_cache();
     } else {
@@ -90,11 +120,15 @@ DeviceStats run_random(std::uint64_t seed, int steps, const Config& cfg, std::si
     REQUIRE(s.allocated_bytes[StatType::aggregate].current >= bytes);
     REQUIRE(s.num_ooms == expected_ooms);
     REQUIRE(static_cast<std::size_t>(s.reserved_bytes[StatType::aggregate].current) == f.backend.used());
+    // What the fences cost, as the backend counted it.
+    REQUIRE(s.num_fences == f.backend.fence_records);
+    REQUIRE(s.num_fence_events == f.backend.fence_event_records);
+    REQUIRE(s.num_fence_stream_queries == f.backend.stream_queries);
   }
   for (const auto& [p, l] : live) f.free(p);
   f.empty_cache();
   CHECK(f.backend.used() == 0);
-  return f.stats();
+  return {f.stats(), oracle.waited_reuses()};
 }
 
 int steps_from_env(int fallback) {
@@ -105,13 +139,29 @@ int steps_from_env(int fallback) {
 }  // namespace
 
 TEST_CASE("randomized: default configuration, roomy device") {
-  for (std::uint64_t seed = 1; seed <= 4; ++seed) run_random(seed, steps_from_env(1500), Config{}, 4 * GiB);
+  std::int64_t fences = 0, queries = 0, fence_events = 0, deferred = 0;
+  std::size_t waited = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    const Outcome o = run_random(seed, steps_from_env(1500), Config{}, 4 * GiB);
+    fences += o.stats.num_fences;
+    queries += o.stats.num_fence_stream_queries;
+    fence_events += o.stats.num_fence_events;
+    deferred += o.stats.num_deferred_frees;
+    waited += o.waited_reuses;
+  }
+  // Fences were recorded, over idle and busy non-blocking streams, and
+  // addresses came back after waits for events or fences.
+  CHECK(fences > 0);
+  CHECK(queries == 2 * fences);
+  CHECK(fence_events > fences);
+  CHECK(deferred > 0);
+  CHECK(waited > 0);
 }
 
 TEST_CASE("randomized: tight device, OOMs and retries") {
   std::int64_t ooms = 0, retries = 0, syncs = 0;
   for (std::uint64_t seed = 10; seed <= 13; ++seed) {
-    const DeviceStats s = run_random(seed, steps_from_env(1500), Config{}, 256 * MiB);
+    const DeviceStats s = run_random(seed, steps_from_env(1500), Config{}, 256 * MiB).stats;
     ooms += s.num_ooms;
     retries += s.num_alloc_retries;
     syncs += s.num_sync_all_streams;
@@ -136,7 +186,7 @@ TEST_CASE("randomized: expandable segments on a tight device") {
   cfg.expandable_segments = true;
   std::int64_t ooms = 0, device_frees = 0;
   for (std::uint64_t seed = 30; seed <= 33; ++seed) {
-    const DeviceStats s = run_random(seed, steps_from_env(1500), cfg, 256 * MiB);
+    const DeviceStats s = run_random(seed, steps_from_env(1500), cfg, 256 * MiB).stats;
     ooms += s.num_ooms;
     device_frees += s.num_device_free;
   }

@@ -131,6 +131,58 @@ TEST_CASE("a block freed with another stream's use is never held and never hande
   CHECK(f.stats().active[StatType::aggregate].current == 0);
 }
 
+TEST_CASE("a held block freed on one stream is not handed to a request on another") {
+  constexpr StreamId kS1 = 0x1001, kS2 = 0x2002;
+  AllocFixture f;
+  const DevicePtr keep = f.malloc(4096, kS1);
+  const DevicePtr a = f.malloc(512, kS1);
+  f.free(a);  // held: busy predecessor, free successor (S1's segment's tail)
+  // Same size, another stream: S1's work may still use a, and S2's is not
+  // ordered after it; S2 gets its own segment.
+  const DevicePtr b = f.malloc(512, kS2);
+  CHECK(b != a);
+  CHECK(f.backend.alloc_calls == 2);
+  CHECK_FALSE(f.alloc->is_live(a));
+  // The held block settled into S1's pool: S1's next request gets it.
+  CHECK(f.malloc(512, kS1) == a);
+  // Held again, then asked for from S2 once more.
+  f.free(a);
+  const DevicePtr c = f.malloc(512, kS2);
+  CHECK(c != a);
+  CHECK(f.backend.alloc_calls == 2);  // from S2's segment
+  f.free(b);
+  f.free(c);
+  f.free(keep);
+}
+
+TEST_CASE("a block freed on one stream while recorded on another is handed to neither before the event") {
+  constexpr StreamId kS1 = 0x1001, kS2 = 0x2002;
+  AllocFixture f;
+  const DevicePtr keep = f.malloc(4096, kS1);
+  const DevicePtr a = f.malloc(512, kS1);
+  REQUIRE(f.alloc->record_stream(a, kS2) == kSuccess);
+  f.free(a);  // waits for an event on S2: not held
+  CHECK(f.backend.event_records == 1);
+  for (int i = 0; i < 3; ++i) {
+    const DevicePtr b = f.malloc(512, kS2);
+    const DevicePtr c = f.malloc(512, kS1);
+    CHECK(b != a);
+    CHECK(c != a);
+    f.free(b);
+    f.free(c);  // may be held; a stays parked
+  }
+  f.backend.complete_events_on(kS2);
+  // S2's work is done, but a is S1's: S2 still gets its own blocks.
+  const DevicePtr b = f.malloc(512, kS2);
+  CHECK(b != a);
+  const DevicePtr c = f.malloc(512, kS1);  // a, back in S1's pool
+  CHECK(c == a);
+  f.free(b);
+  f.free(c);
+  f.free(keep);
+  CHECK(f.stats().active[StatType::aggregate].current == 0);
+}
+
 TEST_CASE("a deferred free is never handed out before its fence, whatever was held") {
   AllocFixture f;
   const DevicePtr a = f.malloc(512);
