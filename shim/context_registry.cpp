@@ -104,6 +104,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
       backend_(driver, device, cfg.expandable_segments_handle_type),
       order_(&backend_, cfg.free_sync, device) {
   backend_.set_streams(&order_.nonblocking());
+  backend_.set_context(ctx);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
 }

@@ -101,17 +101,41 @@ CudaBackend::Fence* CudaBackend::take_fence() {
   return f;
 }
 
-// Records the fence's next event on `stream`, creating it when the pooled
-// fence has none left.
+// The fence's next event, created when the pooled fence has none left.
+bool CudaBackend::reserve_event(Fence* f) {
+  if (f->used < f->events.size()) return true;
+  CUevent e = nullptr;
+  if (call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  f->events.push_back(e);
+  return true;
+}
+
+// Records the fence's next event on `stream`.
 bool CudaBackend::record_on(Fence* f, CUstream stream) {
-  if (f->used == f->events.size()) {
-    CUevent e = nullptr;
-    if (call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
-    f->events.push_back(e);
-  }
-  if (call(d_->cuEventRecord, f->events[f->used], stream) != CUDA_SUCCESS) return false;
+  if (!reserve_event(f) || call(d_->cuEventRecord, f->events[f->used], stream) != CUDA_SUCCESS) return false;
   ++f->used;
   return true;
+}
+
+// One event for all the context's streams (non-blocking ones, every
+// thread's per-thread stream, green contexts' on a primary): no query per
+// stream, one record per fence.  1 recorded, 0 not available (the caller
+// records per stream), -1 failed.  A capture the hooks did not see makes the
+// driver refuse it (and invalidates that capture, as a legacy-stream event
+// would): that fence fails, later ones try again.
+int CudaBackend::record_context_wide(Fence* f) {
+  if (ctx_ == nullptr || d_->cuCtxRecordEvent == nullptr || context_wide_refused_) return 0;
+  if (!reserve_event(f)) return -1;
+  const CUresult r = call(d_->cuCtxRecordEvent, ctx_, f->events[f->used]);
+  if (r == CUDA_SUCCESS) {
+    ++f->used;
+    return 1;
+  }
+  if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return -1;
+  context_wide_refused_ = true;
+  obs::logger().info("device {}: cuCtxRecordEvent refused (error {}); fences record one event per busy stream",
+                     device_, static_cast<int>(r));
+  return 0;
 }
 
 // A stream whose work has all completed needs no event: nothing enqueued on
@@ -133,6 +157,15 @@ Status CudaBackend::fence_record(FenceId* out, FenceCost* cost) {
   if (capture_in_flight()) [[unlikely]] return kNotReady;
   Fence* f = take_fence();
   f->used = f->done = 0;
+  if (const int wide = record_context_wide(f); wide != 0) {
+    if (wide < 0) {
+      spare_fences_.push_back(f);
+      return CUDA_ERROR_UNKNOWN;
+    }
+    *out = reinterpret_cast<FenceId>(f);
+    *cost = FenceCost{.events = 1, .stream_queries = 0};
+    return kSuccess;
+  }
   int queries = 0;
   bool ok = record_on(f, CU_STREAM_LEGACY);
   if (ok && streams_ != nullptr)

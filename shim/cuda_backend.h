@@ -37,17 +37,21 @@ class CudaBackend final : public DeviceBackend {
   // (stream_order.cpp).  kNotSupported when the driver lacks the call.
   Status stream_wait_event(StreamId stream, EventId event);
 
-  // A fence is one event on the legacy stream plus one on each stream of
-  // `streams` (stream_set.h), recorded under that set's lock; refused
-  // (kNotReady) while a graph capture is in flight, where a record on the
-  // legacy stream would join or invalidate it.  Fences and their events are
-  // pooled: a fence costs its event records, nothing else.  Only the
-  // allocator calls these, under its lock.
+  // A fence is one event that captures all the context's work enqueued so
+  // far (cuCtxRecordEvent, CUDA 12.5), or, where the driver lacks or refuses
+  // it, one event on the legacy stream plus one on each busy stream of
+  // `streams` (stream_set.h), recorded under that set's lock.  Refused
+  // (kNotReady) while a graph capture is in flight, where either record
+  // would join or invalidate it.  Fences and their events are pooled: a
+  // fence costs its event records, nothing else.  Only the allocator calls
+  // these, under its lock.
   Status fence_record(FenceId* out, FenceCost* cost) override;
   Status fence_query(FenceId fence) override;
   Status fence_synchronize(FenceId fence) override;
   void fence_destroy(FenceId fence) override;
   void set_streams(const StreamSet* streams) { streams_ = streams; }
+  // The context whose work a context-wide fence event captures.
+  void set_context(CUcontext ctx) { ctx_ = ctx; }
 
   Status vm_granularity(std::size_t* out) override;
   Status vm_reserve(std::size_t size, DevicePtr* out) override;
@@ -70,6 +74,8 @@ class CudaBackend final : public DeviceBackend {
     std::size_t done = 0;         // of those, known complete
   };
   bool record_on(Fence* f, CUstream stream);
+  bool reserve_event(Fence* f);
+  int record_context_wide(Fence* f);
   bool cover(Fence* f, CUstream stream, int* queries);
   Fence* take_fence();
 
@@ -84,6 +90,10 @@ class CudaBackend final : public DeviceBackend {
   mutable bool plain_handles_ = false;
   std::atomic<bool> detached_{false};
   const StreamSet* streams_ = nullptr;
+  CUcontext ctx_ = nullptr;
+  // Set once the driver refused cuCtxRecordEvent for a reason other than a
+  // capture: fences record per stream from then on.
+  bool context_wide_refused_ = false;
   std::vector<Fence*> spare_fences_;  // never freed: the process may exit with the driver gone
 };
 

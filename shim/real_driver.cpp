@@ -65,6 +65,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuCtxSynchronize, "cuCtxSynchronize");
   resolve(h, &d->cuStreamGetFlags, "cuStreamGetFlags");
   resolve(h, &d->cuStreamQuery, "cuStreamQuery");
+  resolve(h, &d->cuCtxRecordEvent, "cuCtxRecordEvent");
   resolve(h, &d->cuEventCreate, "cuEventCreate");
   resolve(h, &d->cuEventRecord, "cuEventRecord");
   resolve(h, &d->cuEventQuery, "cuEventQuery");

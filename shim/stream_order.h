@@ -24,9 +24,10 @@
 // (1) The legacy stream synchronizes with every blocking stream both ways,
 //     so work on it and on one blocking stream runs in one sequence.  A
 //     per-thread default stream is a blocking stream of its thread.
-// (2) A fence is one event on the legacy stream (ordered after every
-//     blocking stream, per-thread ones included) plus one on each busy
-//     non-blocking stream (cuda_backend.cpp).
+// (2) A fence is one event capturing all the context's work
+//     (cuCtxRecordEvent), or where the driver lacks it one event on the
+//     legacy stream (ordered after every blocking stream, per-thread ones
+//     included) plus one on each busy non-blocking stream (cuda_backend.cpp).
 //
 // Leaving the single sequence: blocks freed before it were reusable at
 // once and may already be cached for reuse.  The stream that ends the

@@ -65,6 +65,7 @@ struct fake_cuda_stats_t {
   unsigned long launches;           /* cuLaunchKernel(+_ptsz) calls that succeeded */
   unsigned long per_thread_launches; /* of those, on a thread's per-thread default stream */
   unsigned long capture_invalidations; /* global-mode captures broken by a record on the legacy stream */
+  unsigned long ctx_record_event;   /* cuCtxRecordEvent calls that recorded (also in event_record) */
 };
 
 /* Copies the counters. */

@@ -132,6 +132,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuStreamWaitEvent", 3020, 0, cuStreamWaitEvent),
   PROC("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
   PROC("cuLaunchKernel", 4000, 0, cuLaunchKernel),
+  PROC("cuCtxRecordEvent", 12050, 0, cuCtxRecordEvent),
   PROC("cuEventQuery", 2000, 0, cuEventQuery),
   PROC("cuEventSynchronize", 2000, 0, cuEventSynchronize),
   PROC("cuEventDestroy", 4000, 0, cuEventDestroy_v2),

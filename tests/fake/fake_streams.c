@@ -285,6 +285,44 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
 EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
 
+/* cuCtxRecordEvent: the event waits for all of the context's work — the
+ * legacy stream, every thread's per-thread stream, its created streams,
+ * non-blocking ones included.  Refused, invalidating them, while any stream
+ * captures (as the driver documents).  FAKE_CUDA_NO_CTX_RECORD_EVENT=1 makes
+ * it answer CUDA_ERROR_NOT_SUPPORTED, as a driver without it would. */
+static int any_capture(void) {
+  for (struct CUstream_st* o = fake.streams; o; o = o->next)
+    if (o->capturing) return 1;
+  for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next)
+    if (o->capturing) return 1;
+  return 0;
+}
+
+EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent e) {
+  if (e == NULL || ctx == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  const char* off = getenv("FAKE_CUDA_NO_CTX_RECORD_EVENT");
+  if (off != NULL && *off == '1') return CUDA_ERROR_NOT_SUPPORTED;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_EVENT_RECORD);
+  if (r == CUDA_SUCCESS && (event_dead(e) || !fake_ctx_live(ctx, ctx->generation))) r = fake_dead_call();
+  if (r == CUDA_SUCCESS && any_capture()) {
+    for (struct CUstream_st* o = fake.streams; o; o = o->next)
+      if (o->capturing && !o->capture_invalidated) o->capture_invalidated = 1, fake.stats.capture_invalidations++;
+    r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (r == CUDA_SUCCESS) {
+    fake.stats.event_record++;
+    fake.stats.ctx_record_event++;
+    e->ndeps = 0;
+    add_dep(e, &fake.legacy_stream);
+    for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next) add_dep(e, o);
+    for (struct CUstream_st* o = fake.streams; o; o = o->next)
+      if (o->ctx == ctx) add_dep(e, o);
+  }
+  fake_unlock();
+  return r;
+}
+
 /* Work enqueued on the stream from now on waits for the event's pending
  * dependencies (the fake keeps the latest MAX_DEPS of them). */
 static CUresult stream_wait_event(CUstream s, CUevent e, int ptsz) {

@@ -259,10 +259,42 @@ static int capture_begin_window(void) {
   return 0;
 }
 
+/* Where the driver has cuCtxRecordEvent, a fence is that one event, which
+ * covers every stream of the context: with 32 idle non-blocking streams and
+ * a busy one alive, each fence is one record and no stream query, and a
+ * block freed while the busy stream still runs is not reused before a wait. */
+static int fence_context_wide(void) {
+  enum { kIdle = 32 };
+  CUstream idle[kIdle], busy;
+  CUdeviceptr p = 0, b[64];
+  for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_create(&idle[i], CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&busy, CU_STREAM_NON_BLOCKING));
+  A->fake_hold(busy, 1);
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  const struct fake_cuda_stats_t before = stats();
+  CHECK_CU(A->mem_free(p));
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      CHECK_CU(A->mem_alloc(&b[i], MiB));
+      CHECK(b[i] != p || stats().event_sync > before.event_sync);
+    }
+    for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_free(b[i]));
+  }
+  const struct fake_cuda_stats_t after = stats();
+  CHECK(after.ctx_record_event > before.ctx_record_event);                     /* fences were recorded */
+  CHECK(after.event_record - before.event_record == after.ctx_record_event - before.ctx_record_event);
+  CHECK(after.stream_query == before.stream_query);                             /* no stream was asked */
+  A->fake_hold(busy, 0);
+  for (int i = 0; i < kIdle; ++i) CHECK_CU(A->stream_destroy(idle[i]));
+  CHECK_CU(A->stream_destroy(busy));
+  return 0;
+}
+
 static const struct {
   const char* name;
   behaviour_fn run;
 } cases[] = {
+  {"fence_context_wide", fence_context_wide},
   {"capture_begin_window", capture_begin_window},
   {"ptsz_launch_beside_blocking", ptsz_launch_beside_blocking},
   {"per_thread_handle_beside_blocking", per_thread_handle_beside_blocking},
