@@ -312,10 +312,11 @@ static void from_hex(const char* s, CUipcMemHandle* h) {
   }
 }
 
-/* The importer: argv = handles as "hex:size:fill"; checks each buffer,
- * writes 0xa0+i into the first two, closes the third and re-checks the
- * rest, then (if asked) waits for a line on stdin and checks buffer
- * `late` still holds its old contents. */
+/* The importer: argv = handles as "hex:size:fill"; checks each buffer
+ * (contents and the range the driver reports), writes 0xa0+i into the
+ * first two, closes the third and re-checks the rest, then (if asked)
+ * waits for a line on stdin and, under the shim, checks buffer 3 still
+ * holds its old contents. */
 static int ipc_import(int argc, char** argv) {
   if (setup()) return 1;
   int n = argc;
@@ -335,16 +336,18 @@ static int ipc_import(int argc, char** argv) {
     CHECK_CU(D.range(&base, &len, p[i]));
     CHECK(base == p[i] && len == size[i]);
   }
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 2 && i < n; ++i)
     if (fill(p[i], (unsigned char)(0xa0 + i), size[i])) return 1;
-  CHECK_CU(D.ipc_close(p[2]));
+  if (n > 2) CHECK_CU(D.ipc_close(p[2]));
   for (int i = 0; i < n; ++i)
     if (i != 2) CHECK(holds(p[i], i < 2 ? (unsigned char)(0xa0 + i) : (unsigned char)fillv[i], size[i]));
   printf("imported\n");
   fflush(stdout);
   char line[8];
-  if (fgets(line, sizeof line, stdin) != NULL) /* the exporter freed buffer 3 and reused memory */
-    CHECK(holds(p[3], (unsigned char)fillv[3], size[3]));
+  /* The exporter freed buffer 3 and allocated more: cachalloc keeps an
+   * exported block, but the driver hands a freed small allocation's place
+   * out again at once (measured), so only the shim promises this. */
+  if (fgets(line, sizeof line, stdin) != NULL && g_shim) CHECK(holds(p[3], (unsigned char)fillv[3], size[3]));
   for (int i = 0; i < n; ++i)
     if (i != 2) CHECK_CU(D.ipc_close(p[i]));
   return 0;
