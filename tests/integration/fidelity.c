@@ -424,6 +424,87 @@ static int ipc_export(int bare_importer) {
   return 0;
 }
 
+/* The handle layout (docs/INTERPOSER.md, IPC).  Three buffers: `a` at the
+ * start of a small segment (under the shim) but smaller than it, `b` inside
+ * that segment, `w` a 12 MiB buffer that is a whole segment of its own.
+ * Bare, or under the shim on a driver whose layout cachalloc proves (the
+ * fake's default), each exports and a bare importer maps exactly its bytes
+ * and writes only them.  With FIDELITY_IPC_REFUSED=1 under the shim (a fake
+ * driver of another layout, FAKE_CUDA_IPC_LAYOUT, or one that gives every
+ * allocation its own mapping, FAKE_CUDA_SUBALLOC_MAX=0) the layout cannot
+ * be proven: `a` and `b` are refused with CUDA_ERROR_NOT_SUPPORTED and a
+ * logged reason instead of a handle of the wrong memory, and `w` still
+ * exports as the driver's own handle. */
+static int ipc_layout(void) {
+  const char* env = getenv("FIDELITY_IPC_REFUSED");
+  const int refused = g_shim && env != NULL && strcmp(env, "1") == 0;
+  const size_t sizes[3] = {1000, 3000, 12 * MiB};
+  CUdeviceptr p[3];
+  for (int i = 0; i < 3; ++i) {
+    CHECK_CU(D.alloc(&p[i], sizes[i]));
+    if (fill(p[i], (unsigned char)(0x40 + i), sizes[i])) return 1;
+  }
+  /* Under the shim, where the blocks lie (MAPPING_* describe the segment):
+   * a at its start, b inside, w alone. */
+  CUdeviceptr map[3];
+  size_t map_size = 0;
+  for (int i = 0; i < 3; ++i) CHECK_CU(D.attr(&map[i], CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p[i]));
+  CHECK_CU(D.attr(&map_size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p[2]));
+  if (g_shim) CHECK(map[0] == p[0] && map[1] == p[0] && p[1] > p[0] && map[2] == p[2] && map_size == sizes[2]);
+  /* The exports, with stderr caught for cachalloc's log. */
+  char path[] = "/tmp/cachalloc-ipclayout-XXXXXX";
+  int log_fd = mkstemp(path);
+  CHECK(log_fd >= 0);
+  unlink(path);
+  int saved = dup(2);
+  dup2(log_fd, 2);
+  CUipcMemHandle h[3];
+  CUresult r[3];
+  for (int i = 0; i < 3; ++i) r[i] = D.ipc_get(&h[i], p[i]);
+  dup2(saved, 2);
+  close(saved);
+  char text[4096] = {0};
+  CHECK(pread(log_fd, text, sizeof text - 1, 0) >= 0);
+  close(log_fd);
+  if (text[0] != 0) fprintf(stderr, "[%s %s] logged: %s", g_route, g_mode, text);
+  if (refused) {
+    CHECK(r[0] == CUDA_ERROR_NOT_SUPPORTED && r[1] == CUDA_ERROR_NOT_SUPPORTED && r[2] == CUDA_SUCCESS);
+    CHECK(strstr(text, "cuIpcGetMemHandle") != NULL && strstr(text, "layout") != NULL);
+    CHECK(strstr(text, "refusing") != NULL);
+  } else {
+    CHECK(r[0] == CUDA_SUCCESS && r[1] == CUDA_SUCCESS && r[2] == CUDA_SUCCESS);
+    CHECK(strstr(text, "refusing") == NULL && strstr(text, "error") == NULL);
+  }
+  /* A bare importer of what was exported (w alone when refused). */
+  const int first = refused ? 2 : 0;
+  char hexes[3][2 * CU_IPC_HANDLE_SIZE + 64];
+  char* args[3];
+  for (int i = first; i < 3; ++i) {
+    to_hex(&h[i], hexes[i]);
+    sprintf(hexes[i] + 2 * CU_IPC_HANDLE_SIZE, ":%zu:%u", sizes[i], (unsigned)(0x40 + i));
+    args[i - first] = hexes[i];
+  }
+  int to_child = -1;
+  FILE* from_child = NULL;
+  pid_t pid = spawn_importer(args, 3 - first, 1, &to_child, &from_child);
+  CHECK(pid > 0);
+  char line[64] = "";
+  CHECK(fgets(line, sizeof line, from_child) != NULL && strcmp(line, "imported\n") == 0);
+  close(to_child);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  fclose(from_child);
+  /* The importer wrote 0xa0 + k into the k-th buffer it opened (the first
+   * two), and nothing else. */
+  for (int i = 0; i < 3; ++i) {
+    const int k = i - first;
+    CHECK(holds(p[i], k >= 0 && k < 2 ? (unsigned char)(0xa0 + k) : (unsigned char)(0x40 + i), sizes[i]));
+  }
+  for (int i = 0; i < 3; ++i) CHECK_CU(D.free(p[i]));
+  return 0;
+}
+
 /* Expandable segments are cuMemMap'ed memory: no legacy IPC handle. */
 static int ipc_expandable(void) {
   CUdeviceptr p = 0;
@@ -740,6 +821,7 @@ int main(int argc, char** argv) {
   if (strcmp(b, "ipc_shim_importer") == 0) return ipc_export(0);
   if (strcmp(b, "ipc_bare_importer") == 0) return ipc_export(1);
   if (strcmp(b, "ipc_expandable") == 0) return ipc_expandable();
+  if (strcmp(b, "ipc_layout") == 0) return ipc_layout();
   if (strcmp(b, "primary_reset") == 0) return primary_reset();
   if (strcmp(b, "ctx_destroy") == 0) return ctx_destroy();
   if (strcmp(b, "ctx_detach") == 0) return ctx_detach();
