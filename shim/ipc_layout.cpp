@@ -67,8 +67,11 @@ bool one_mapping(const IpcProbeSample& a, const IpcProbeSample& b) {
 }  // namespace
 
 IpcLayoutVerdict judge_ipc_layout(std::span<const IpcProbeSample> samples) {
-  for (const IpcProbeSample& s : samples)
+  bool known_nonzero = false;  // rule 2 held for a non-zero offset
+  for (const IpcProbeSample& s : samples) {
     if (std::string why = disagreement(s); !why.empty()) return refuted(std::move(why));
+    known_nonzero |= s.mapping_known && s.ptr != s.mapping_base;
+  }
   bool pair = false;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     for (std::size_t j = i + 1; j < samples.size(); ++j) {
@@ -87,10 +90,10 @@ IpcLayoutVerdict judge_ipc_layout(std::span<const IpcProbeSample> samples) {
       pair = true;
     }
   }
-  if (!pair)
+  if (!pair && !known_nonzero)
     return {IpcLayout::kInconclusive,
-            "the driver gave its small probe allocations separate mappings, so no handle shows where the offset "
-            "field lies"};
+            "the driver gave its small probe allocations separate mappings of their own, so no handle shows where "
+            "the offset field lies"};
   return {IpcLayout::kProven, {}};
 }
 

@@ -1,8 +1,8 @@
 // ipc_probe.h — proving the IPC handle layout once per process.
 //
 // Before cachalloc first rewrites a handle (ipc_ops.h), it makes three
-// small allocations through the real driver (200, 700 and 1300 bytes: they
-// land in one of the driver's shared 2 MiB mappings), asks the driver what
+// small allocations through the real driver (200, 700 and 1300 bytes,
+// which it sub-allocates in its shared 2 MiB mappings), asks the driver what
 // they are (cuMemGetAddressRange, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
 // cuIpcGetMemHandle), frees them and judges the layout (ipc_layout.h).  The
 // verdict holds for the process: the layout is the driver's, not a

@@ -73,6 +73,33 @@ TEST_CASE("ipc layout: the H100's handles prove it, with or without the mapping 
   CHECK(judge_ipc_layout(measured()).reason.empty());
 }
 
+// The probe's allocations as the H100 placed them after thousands of small
+// allocations and frees: each in a hole at the end of a different mapping.
+static std::vector<IpcProbeSample> fragmented(bool mapping_known) {
+  static const std::uint32_t at[3] = {0x1ffe00, 0x1ffc00, 0x1ffa00};
+  static const std::size_t sizes[3] = {200, 700, 1300};
+  std::vector<IpcProbeSample> s;
+  for (int i = 0; i < 3; ++i) {
+    IpcProbeSample x = sample(at[i], sizes[i], mapping_known);
+    const CUdeviceptr base = kMapping + (static_cast<std::uint64_t>(i) << 24);
+    x.ptr = x.range_base = base + at[i];
+    x.mapping_base = mapping_known ? base : 0;
+    x.handle.reserved[40] = static_cast<char>(0x40 + i);  // each mapping's own id
+    s.push_back(x);
+  }
+  return s;
+}
+
+TEST_CASE("ipc layout: allocations in separate mappings prove it through the mapping attribute alone") {
+  CHECK(judge_ipc_layout(fragmented(true)).layout == IpcLayout::kProven);
+  // Without the attribute nothing shows where the offset lies.
+  CHECK(judge_ipc_layout(fragmented(false)).layout == IpcLayout::kInconclusive);
+  // A moved offset field still fails against the attribute.
+  std::vector<IpcProbeSample> s = fragmented(true);
+  move_offset(&s[0]);
+  CHECK(judge_ipc_layout(s).layout == IpcLayout::kRefuted);
+}
+
 TEST_CASE("ipc layout: a moved offset field is not accepted") {
   std::vector<IpcProbeSample> s = measured();
   for (IpcProbeSample& x : s) move_offset(&x);
