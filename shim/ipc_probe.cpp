@@ -51,6 +51,12 @@ CUresult probe(const RealDriver* d, CUcontext ctx) {
     ContextGuard guard(d, ctx);
     r = take_samples(d, &samples);
   }
+  if (r == CUDA_ERROR_NOT_SUPPORTED) {  // no IPC on this platform: a verdict too
+    obs::logger().error("cuIpcGetMemHandle: the driver refuses IPC for its own small allocations "
+                        "(CUDA_ERROR_NOT_SUPPORTED), so this driver's IPC handle layout cannot be proven");
+    g_state.store(kUnproven, std::memory_order_release);
+    return r;
+  }
   if (r != CUDA_SUCCESS) {
     obs::logger().warn("cuIpcGetMemHandle: the probe of the IPC handle layout failed (CUresult {}); retrying at the "
                        "next export",

@@ -88,6 +88,8 @@ static struct {
   PFN_cuGreenCtxCreate_v12040 green_create;
   void (*fake_stats)(struct fake_cuda_stats_t*);
   int (*fake_vm_access)(CUdeviceptr, int);
+  void (*fake_fail)(const char*, int, int, CUresult);
+  void (*fake_fail_reset)(void);
 } D;
 
 static int load_api(const char* route) {
@@ -137,6 +139,8 @@ static int load_api(const char* route) {
 #undef L
   *(void**)&D.fake_stats = driver_api_symbol("fake_cuda_stats");
   *(void**)&D.fake_vm_access = driver_api_symbol("fake_cuda_vm_access");
+  *(void**)&D.fake_fail = driver_api_symbol("fake_cuda_fail");
+  *(void**)&D.fake_fail_reset = driver_api_symbol("fake_cuda_fail_reset");
   return driver_api_complete(&D, sizeof D);
 }
 
@@ -434,7 +438,8 @@ static int ipc_export(int bare_importer) {
  * allocation its own mapping, FAKE_CUDA_SUBALLOC_MAX=0) the layout cannot
  * be proven: `a` and `b` are refused with CUDA_ERROR_NOT_SUPPORTED and a
  * logged reason instead of a handle of the wrong memory, and `w` still
- * exports as the driver's own handle. */
+ * exports as the driver's own handle.  Under the shim a probe whose
+ * cuMemAlloc fails first makes that export fail with the driver's error. */
 static int ipc_layout(void) {
   const char* env = getenv("FIDELITY_IPC_REFUSED");
   const int refused = g_shim && env != NULL && strcmp(env, "1") == 0;
@@ -451,6 +456,14 @@ static int ipc_layout(void) {
   for (int i = 0; i < 3; ++i) CHECK_CU(D.attr(&map[i], CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p[i]));
   CHECK_CU(D.attr(&map_size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p[2]));
   if (g_shim) CHECK(map[0] == p[0] && map[1] == p[0] && p[1] > p[0] && map[2] == p[2] && map_size == sizes[2]);
+  /* A probe whose driver call fails decides nothing: the export returns
+   * the driver's error, and the next export probes again (below). */
+  if (g_shim && !refused) {
+    CUipcMemHandle scratch;
+    D.fake_fail("cuMemAlloc_v2", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(D.ipc_get(&scratch, p[1]) == CUDA_ERROR_OUT_OF_MEMORY);
+    D.fake_fail_reset();
+  }
   /* The exports, with stderr caught for cachalloc's log. */
   char path[] = "/tmp/cachalloc-ipclayout-XXXXXX";
   int log_fd = mkstemp(path);
