@@ -12,6 +12,7 @@
  * cuGetProcAddress chain, dlsym = numba's dlsym on the libcuda handle)
  *        fidelity ROUTE ipc_import HANDLES...   (the importer process) */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -518,6 +519,38 @@ static int ipc_layout(void) {
   return 0;
 }
 
+/* The first exports, from eight threads at once: all succeed, and under
+ * the shim the layout probe ran once (three driver allocations, freed);
+ * later exports probe no more. */
+#define NEXPORT 8
+struct export_job {
+  CUdeviceptr p;
+  CUresult r;
+};
+static void* export_one(void* arg) {
+  struct export_job* j = arg;
+  CUipcMemHandle h;
+  D.set_current(g_ctx);
+  j->r = D.ipc_get(&h, j->p);
+  return NULL;
+}
+static int ipc_probe_once(void) {
+  struct export_job jobs[NEXPORT];
+  pthread_t threads[NEXPORT];
+  for (int i = 0; i < NEXPORT; ++i) CHECK_CU(D.alloc(&jobs[i].p, 1000 + 100 * (size_t)i));
+  const struct fake_cuda_stats_t before = stats();
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < NEXPORT; ++i) CHECK(pthread_create(&threads[i], NULL, export_one, &jobs[i]) == 0);
+    for (int i = 0; i < NEXPORT; ++i) CHECK(pthread_join(threads[i], NULL) == 0);
+    for (int i = 0; i < NEXPORT; ++i) CHECK(jobs[i].r == CUDA_SUCCESS);
+    const struct fake_cuda_stats_t now = stats();
+    CHECK(now.mem_alloc - before.mem_alloc == (g_shim ? 3u : 0u));
+    CHECK(now.mem_free - before.mem_free == now.mem_alloc - before.mem_alloc);
+  }
+  for (int i = 0; i < NEXPORT; ++i) CHECK_CU(D.free(jobs[i].p));
+  return 0;
+}
+
 /* Expandable segments are cuMemMap'ed memory: no legacy IPC handle. */
 static int ipc_expandable(void) {
   CUdeviceptr p = 0;
@@ -835,6 +868,7 @@ int main(int argc, char** argv) {
   if (strcmp(b, "ipc_bare_importer") == 0) return ipc_export(1);
   if (strcmp(b, "ipc_expandable") == 0) return ipc_expandable();
   if (strcmp(b, "ipc_layout") == 0) return ipc_layout();
+  if (strcmp(b, "ipc_probe_once") == 0) return ipc_probe_once();
   if (strcmp(b, "primary_reset") == 0) return primary_reset();
   if (strcmp(b, "ctx_destroy") == 0) return ctx_destroy();
   if (strcmp(b, "ctx_detach") == 0) return ctx_detach();
