@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "capture_tracking.h"
 #include "context_registry.h"
 #include "ipc_layout.h"
 #include "log.h"
@@ -86,6 +87,13 @@ CUresult from_state(int s) { return s == kProven ? CUDA_SUCCESS : CUDA_ERROR_NOT
 CUresult ensure_ipc_layout_proven(const RealDriver* d, CUcontext ctx) {
   const int s = g_state.load(std::memory_order_acquire);
   if (s != kUnknown) [[likely]] return from_state(s);
+  // The probe's cuMemAlloc would invalidate a global or thread-local capture
+  // the program has in flight: wait for it to end.
+  if (strict_capture_in_flight()) {
+    obs::logger().warn("cuIpcGetMemHandle: the IPC handle layout is proven by a probe that allocates, which a "
+                       "stream capture in progress forbids; export again after the capture");
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   std::lock_guard lock(g_probe_mutex);
   const int again = g_state.load(std::memory_order_acquire);
   if (again != kUnknown) return from_state(again);

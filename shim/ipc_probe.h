@@ -18,7 +18,9 @@ namespace cachalloc::shim {
 // CUDA_SUCCESS: the layout is proven.  CUDA_ERROR_NOT_SUPPORTED: it was
 // refuted or cannot be proven on this driver; the reason is logged once, as
 // an error.  Both are kept for the process.  Any other error: a driver call
-// of the probe failed (out of memory, say); nothing is kept, and the next
+// of the probe failed (out of memory, say), or a global or thread-local
+// stream capture is in flight (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: the
+// probe's allocation would invalidate it); nothing is kept, and the next
 // export tries again.  The probe runs in `ctx` (made current meanwhile);
 // concurrent callers wait for one probe.
 CUresult ensure_ipc_layout_proven(const RealDriver* d, CUcontext ctx);

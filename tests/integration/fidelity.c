@@ -551,6 +551,28 @@ static int ipc_probe_once(void) {
   return 0;
 }
 
+/* A global-mode capture forbids allocating: under the shim the first
+ * export waits for the capture's end rather than let the layout probe
+ * invalidate it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), then works.  A
+ * relaxed capture does not stop the probe. */
+static int ipc_probe_capture(void) {
+  CUstream s;
+  CUdeviceptr p = 0;
+  CUipcMemHandle h;
+  CUgraph g;
+  CHECK_CU(D.stream_create(&s, 0));
+  CHECK_CU(D.alloc(&p, 3000));
+  CHECK_CU(D.begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK(D.ipc_get(&h, p) == (g_shim ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS));
+  CHECK_CU(D.end_capture(s, &g));
+  CHECK_CU(D.begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(D.ipc_get(&h, p));
+  CHECK_CU(D.end_capture(s, &g));
+  CHECK_CU(D.free(p));
+  CHECK_CU(D.stream_destroy(s));
+  return 0;
+}
+
 /* Expandable segments are cuMemMap'ed memory: no legacy IPC handle. */
 static int ipc_expandable(void) {
   CUdeviceptr p = 0;
@@ -869,6 +891,7 @@ int main(int argc, char** argv) {
   if (strcmp(b, "ipc_expandable") == 0) return ipc_expandable();
   if (strcmp(b, "ipc_layout") == 0) return ipc_layout();
   if (strcmp(b, "ipc_probe_once") == 0) return ipc_probe_once();
+  if (strcmp(b, "ipc_probe_capture") == 0) return ipc_probe_capture();
   if (strcmp(b, "primary_reset") == 0) return primary_reset();
   if (strcmp(b, "ctx_destroy") == 0) return ctx_destroy();
   if (strcmp(b, "ctx_detach") == 0) return ctx_detach();
