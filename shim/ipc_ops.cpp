@@ -2,38 +2,31 @@
 #include "ipc_ops.h"
 
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "context_registry.h"
+#include "ipc_layout.h"
+#include "ipc_probe.h"
 #include "log.h"
 #include "process_state.h"
 
 namespace cachalloc::shim {
 namespace {
 
-std::uint64_t read_u64(const CUipcMemHandle& h, std::size_t at) {
-  std::uint64_t v = 0;
-  std::memcpy(&v, h.reserved + at, sizeof v);
-  return v;
-}
-std::uint32_t read_u32(const CUipcMemHandle& h, std::size_t at) {
-  std::uint32_t v = 0;
-  std::memcpy(&v, h.reserved + at, sizeof v);
-  return v;
-}
+using F = IpcHandleFields;
 
-// Rewrites the segment's handle to describe `info`'s block; false when the
-// handle does not have the layout cachalloc knows (see the header).
+// Rewrites the segment's handle to describe `info`'s block (the layout
+// proven).  False when the handle does not carry the segment's size, or
+// the block's offset does not fit the field.  The segment's own offset is
+// 0 when the driver gave it a mapping of its own (every segment of 2 MiB
+// and more, measured); were it sub-allocated, the block lies that much
+// further into the mapping.
 bool describe_block(CUipcMemHandle* h, const AddressInfo& info) {
-  using F = IpcHandleFields;
-  if (read_u64(*h, F::kSizeOffset) != info.segment_size || read_u32(*h, F::kOffsetOffset) != 0) return false;
-  const std::uint64_t offset = info.block - info.segment;
+  if (F::size(*h) != info.segment_size) return false;
+  const std::uint64_t offset = std::uint64_t{F::offset(*h)} + (info.block - info.segment);
   if (offset > std::numeric_limits<std::uint32_t>::max()) return false;
-  const auto offset32 = static_cast<std::uint32_t>(offset);
-  const std::uint64_t size = info.requested;
-  std::memcpy(h->reserved + F::kOffsetOffset, &offset32, sizeof offset32);
-  std::memcpy(h->reserved + F::kSizeOffset, &size, sizeof size);
+  F::set_offset(h, static_cast<std::uint32_t>(offset));
+  F::set_size(h, info.requested);
   return true;
 }
 
@@ -45,11 +38,20 @@ CUresult refuse_expandable(CUdeviceptr ptr) {
   return CUDA_ERROR_INVALID_VALUE;  // what the driver answers for cuMemMap'ed memory
 }
 
-CUresult refuse_unknown_layout(CUdeviceptr ptr) {
+CUresult refuse_unproven(CUdeviceptr ptr) {
   obs::logger().error(
-      "cuIpcGetMemHandle({:#x}): this driver's IPC handle has a layout cachalloc does not know, so a handle for a "
-      "block inside a segment cannot be made; refusing rather than exporting the wrong memory",
+      "cuIpcGetMemHandle({:#x}): the block is part of a larger segment and this driver's IPC handle layout is not "
+      "proven (see the earlier message), so no handle describing only the block can be made; refusing rather than "
+      "exporting the wrong memory",
       static_cast<unsigned long long>(ptr));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult refuse_segment_handle(CUdeviceptr ptr, const CUipcMemHandle& h, const AddressInfo& info) {
+  obs::logger().error(
+      "cuIpcGetMemHandle({:#x}): the driver's handle for the segment ({} bytes) carries size {} and offset {:#x}, "
+      "not the proven layout; refusing rather than exporting the wrong memory",
+      static_cast<unsigned long long>(ptr), info.segment_size, F::size(h), F::offset(h));
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -62,13 +64,18 @@ CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (owner == nullptr || handle == nullptr) return d->cuIpcGetMemHandle(handle, ptr);
   if (!info.live) return CUDA_ERROR_INVALID_VALUE;  // freed memory, as the driver answers
   if (info.expandable) return refuse_expandable(ptr);
+  // A block that is its whole segment is what a plain cuMemAlloc of its
+  // size would be: the driver's own handle describes it exactly.
+  const bool whole_segment = info.block == info.segment && info.requested == info.segment_size;
+  if (!whole_segment) {
+    const CUresult proof = ensure_ipc_layout_proven(d, owner->context());
+    if (proof == CUDA_ERROR_NOT_SUPPORTED) return refuse_unproven(ptr);
+    if (proof != CUDA_SUCCESS) return proof;
+  }
   CUipcMemHandle h{};
   const CUresult r = d->cuIpcGetMemHandle(&h, static_cast<CUdeviceptr>(info.segment));
   if (r != CUDA_SUCCESS) return r;
-  // A block at the segment's start is described by the segment's handle as
-  // it is (the importer maps more, beginning with the block) when the
-  // layout is unknown; anything else needs the rewrite.
-  if (!describe_block(&h, info) && info.block != info.segment) return refuse_unknown_layout(ptr);
+  if (!whole_segment && !describe_block(&h, info)) return refuse_segment_handle(ptr, h, info);
   // The same allocation still live (not freed by another thread meanwhile).
   if (owner->allocator().mark_exported(info.block, info.id) != kSuccess) return CUDA_ERROR_INVALID_VALUE;
   *handle = h;

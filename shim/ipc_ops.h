@@ -11,10 +11,16 @@
 // driver reference-counts repeated opens and maps non-overlapping parts of
 // one allocation independently.
 //
-// The layout is checked on every export (the segment's handle must carry
-// the segment's size and offset 0); should a driver ever hand out another
-// layout, an interior block's export fails with CUDA_ERROR_NOT_SUPPORTED
-// and a message instead of describing the wrong memory.  An exported block
+// The driver documents no layout, so it is proven once per process before
+// the first rewrite, from small allocations the driver itself places in a
+// shared mapping (ipc_probe.h, ipc_layout.h); every export also checks that
+// the segment's handle carries the segment's size.  A block that is exactly
+// its segment (same base, requested size = segment size) needs no rewrite:
+// it gets the driver's own handle, layout proven or not.  Any other block,
+// when the layout is refuted or cannot be proven, fails with
+// CUDA_ERROR_NOT_SUPPORTED and a logged reason instead of describing the
+// wrong memory — a block at its segment's start too, whose unrewritten
+// handle would export the whole segment.  An exported block
 // is retained after its free (never reused) until its segment goes back to
 // the driver, which keeps freed exported memory alive for importers
 // (measured).  Blocks of expandable segments (cuMemMap'ed memory) cannot be
@@ -34,11 +40,5 @@ CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr);
 // range touches is retained after its free exactly like an IPC export.
 CUresult do_get_handle_for_address_range(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
                                          unsigned long long flags);
-
-// The fields of the driver's handle that cachalloc rewrites (exposed for tests).
-struct IpcHandleFields {
-  static constexpr std::size_t kSizeOffset = 16;    // uint64: bytes the handle describes
-  static constexpr std::size_t kOffsetOffset = 28;  // uint32: offset inside the physical allocation
-};
 
 }  // namespace cachalloc::shim

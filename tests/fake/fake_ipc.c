@@ -6,7 +6,13 @@
  *   [56,64) zero
  * and the fake's own fields in the rest:
  *   [8,12)  exporter pid   [12,16) its fd   [32,40) "fakeipc"
- *   [40,48) the allocation's buffer id   [48,56) zero
+ *   [40,48) the memfd's buffer id   [48,56) zero
+ * A small allocation in a shared mapping (fake_chunks.c) gets the mapping's
+ * handle with its own size and offset, as on the real driver (measured:
+ * such handles differ in those two fields only).  FAKE_CUDA_IPC_LAYOUT
+ * gives the handle another layout, that of a driver cachalloc does not know:
+ *   offset_moved  the offset at [48,52); [28,32) stays zero
+ *   size_moved    the size at [48,56); [16,24) holds it rounded up to 512 B
  * The importer maps the page-aligned part of the exporter's memfd (reached
  * through /proc/<pid>/fd/<fd>) that covers [offset, offset + size).  Opening
  * and closing follow the real driver's reference rules (measured on an
@@ -49,30 +55,48 @@ struct ipc_fields {
 static void put(unsigned char* h, int at, const void* v, size_t n) { memcpy(h + at, v, n); }
 static void get(const unsigned char* h, int at, void* v, size_t n) { memcpy(v, h + at, n); }
 
+/* Where the size and offset lie, and where the size rounded up to 512 B
+ * does (-1: nowhere), by FAKE_CUDA_IPC_LAYOUT (read once). */
+struct layout { int size_at, offset_at, rounded_at; };
+static struct layout handle_layout(void) {
+  static const struct layout driver = {16, 28, -1}, offset_moved = {16, 48, -1}, size_moved = {48, 28, 16};
+  const char* v = getenv("FAKE_CUDA_IPC_LAYOUT");
+  if (v != NULL && strcmp(v, "offset_moved") == 0) return offset_moved;
+  if (v != NULL && strcmp(v, "size_moved") == 0) return size_moved;
+  return driver;
+}
+
 static void encode_handle(unsigned char* h, const struct ipc_fields* f) {
+  const struct layout l = handle_layout();
   memset(h, 0, CU_IPC_HANDLE_SIZE);
   put(h, 0, &f->ctx, 8);
   put(h, 8, &f->pid, 4);
   put(h, 12, &f->fd, 4);
-  put(h, 16, &f->size, 8);
+  put(h, l.size_at, &f->size, 8);
   put(h, 24, &f->pages, 4);
-  put(h, 28, &f->offset, 4);
+  put(h, l.offset_at, &f->offset, 4);
   put(h, 32, ipc_magic, 8);
   put(h, 40, &f->buffer_id, 8);
+  if (l.rounded_at >= 0) {
+    uint64_t rounded = fake_round_up(f->size, 512);
+    put(h, l.rounded_at, &rounded, 8);
+  }
 }
 
 static void decode_handle(const unsigned char* h, struct ipc_fields* f) {
+  const struct layout l = handle_layout();
   get(h, 0, &f->ctx, 8);
   get(h, 8, &f->pid, 4);
   get(h, 12, &f->fd, 4);
-  get(h, 16, &f->size, 8);
+  get(h, l.size_at, &f->size, 8);
   get(h, 24, &f->pages, 4);
-  get(h, 28, &f->offset, 4);
+  get(h, l.offset_at, &f->offset, 4);
   get(h, 40, &f->buffer_id, 8);
 }
 
-/* The whole allocation whatever pointer inside it names it; VM memory,
- * imports and unknown pointers are CUDA_ERROR_INVALID_VALUE. */
+/* The whole allocation whatever pointer inside it names it (in a shared
+ * mapping: the mapping's handle with the allocation's size and offset);
+ * VM memory, imports and unknown pointers are CUDA_ERROR_INVALID_VALUE. */
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
   if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
   fake_lock();
@@ -80,8 +104,8 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
   struct allocation* a = r == CUDA_SUCCESS ? fake_find_allocation(p) : NULL;
   if (r == CUDA_SUCCESS && a == NULL) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS) {
-    struct ipc_fields f = {(uint64_t)(uintptr_t)a->ctx, a->size, a->buffer_id,
-                           (uint32_t)getpid(), (uint32_t)a->fd, (uint32_t)(a->mapping / PAGE), 0};
+    struct ipc_fields f = {(uint64_t)(uintptr_t)a->ctx, a->size, a->map_id, (uint32_t)getpid(),
+                           (uint32_t)a->fd, (uint32_t)(a->mapping / PAGE), (uint32_t)a->offset};
     encode_handle((unsigned char*)h->reserved, &f);
     fake.stats.ipc_get++;
   }

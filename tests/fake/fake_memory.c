@@ -1,9 +1,12 @@
 /* fake_memory.c — cuMemAlloc/cuMemFree (and async), memory info, copies, memsets, pools.
  *
- * Each cuMemAlloc allocation is a memfd (whole 2 MiB pages) mapped shared,
- * so that another process can map it through cuIpcOpenMemHandle
- * (fake_ipc.c); its requested size rounded to 512 B counts against the
- * device total, as cuMemCreate memory does.  Copies and memsets run at once
+ * Each cuMemAlloc allocation lives in a memfd (whole 2 MiB pages) mapped
+ * shared, so that another process can map it through cuIpcOpenMemHandle
+ * (fake_ipc.c): a memfd of its own, or for a request up to 1 MiB a place
+ * in a 2 MiB one that several share (fake_chunks.c), as the real driver
+ * sub-allocates them; cuMemAllocAsync memory always gets its own.  The
+ * requested size rounded to 512 B counts against the device total, as
+ * cuMemCreate memory does.  Copies and memsets run at once
  * on the host: the fake has no real queue.  Memory pools are one default
  * pool per device with nothing behind it. */
 #define _GNU_SOURCE
@@ -21,8 +24,7 @@
  * reused fd number from the allocation its handle describes. */
 void fake_memfd_name(char* out, size_t n, unsigned long long id) { snprintf(out, n, "fake-cuda-%llu", id); }
 
-/* A memfd of `len` bytes mapped shared; its fd in *fd_out. */
-static void* map_memfd(unsigned long long id, size_t len, int* fd_out) {
+void* fake_map_memfd(unsigned long long id, size_t len, int* fd_out) {
   char name[32];
   fake_memfd_name(name, sizeof name, id);
   int fd = memfd_create(name, MFD_CLOEXEC);
@@ -36,7 +38,8 @@ static void* map_memfd(unsigned long long id, size_t len, int* fd_out) {
   return p;
 }
 
-static CUresult add_allocation(CUdeviceptr* out, size_t size) {
+/* `shared`: a small request may go into a shared mapping (cuMemAlloc). */
+static CUresult add_allocation(CUdeviceptr* out, size_t size, int shared) {
   if (out == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = fake_check_current();
   if (r != CUDA_SUCCESS) return r;
@@ -46,11 +49,16 @@ static CUresult add_allocation(CUdeviceptr* out, size_t size) {
   struct allocation a = {0};
   a.size = size;
   a.rounded = rounded;
-  a.mapping = fake_round_up(size, ALLOC_PAGE);
   a.ctx = fake_current;
   a.buffer_id = fake.next_buffer_id++;
-  a.ptr = map_memfd(a.buffer_id, a.mapping, &a.fd);
-  if (a.ptr == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (shared && size <= fake_suballoc_max()) {
+    if (!fake_chunk_place(&a)) return CUDA_ERROR_OUT_OF_MEMORY;
+  } else {
+    a.mapping = fake_round_up(size, ALLOC_PAGE);
+    a.map_id = a.buffer_id;
+    a.ptr = fake_map_memfd(a.buffer_id, a.mapping, &a.fd);
+    if (a.ptr == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   if (fake.nallocs == fake.cap_allocs) {
     fake.cap_allocs = fake.cap_allocs ? 2 * fake.cap_allocs : 64;
     fake.allocs = realloc(fake.allocs, fake.cap_allocs * sizeof *fake.allocs);
@@ -64,8 +72,12 @@ static CUresult add_allocation(CUdeviceptr* out, size_t size) {
 
 void fake_free_allocation(size_t i) {
   struct allocation* a = &fake.allocs[i];
-  munmap(a->ptr, a->mapping);
-  close(a->fd);
+  if (a->chunk != NULL) {
+    fake_chunk_release(a);
+  } else {
+    munmap(a->ptr, a->mapping);
+    close(a->fd);
+  }
   fake.stats.live_bytes -= a->rounded;
   fake.stats.live_allocs--;
   *a = fake.allocs[--fake.nallocs];
@@ -109,7 +121,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t size) {
   fake_init_once();
   CUresult r = fake_fault(FAULT_MEM_ALLOC);
   if (r == CUDA_SUCCESS) {
-    r = add_allocation(out, size);
+    r = add_allocation(out, size, 1);
     if (r == CUDA_SUCCESS) fake.stats.mem_alloc++;
     else fake.stats.mem_alloc_failed++;
   }
@@ -134,7 +146,7 @@ static CUresult alloc_async(CUdeviceptr* out, size_t size, CUstream s, int ptsz)
     fake_unlock();
     return r;
   }
-  r = add_allocation(out, size);
+  r = add_allocation(out, size, 0);
   if (r == CUDA_SUCCESS && fake_resolve_stream(s, ptsz)->capturing) fake_find_allocation(*out)->graph = 1;
   if (r == CUDA_SUCCESS) {
     fake.stats.mem_alloc_async++;

@@ -4,8 +4,9 @@
  * mappings answers cuMemGetAddressRange and the pointer attributes, as the
  * real driver answers them (measured on an H100, driver 580): a
  * cuMemAlloc allocation is exactly the requested bytes (its mapping is the
- * rounded memfd), a VM mapping is the mapped chunk inside its reservation,
- * an import is the handle's size. */
+ * rounded memfd, or the 2 MiB one it shares with other small allocations),
+ * a VM mapping is the mapped chunk inside its reservation, an import is the
+ * handle's size. */
 #include <string.h>
 
 #include "fake_state.h"
@@ -22,13 +23,14 @@ struct region {
 };
 
 static void region_of_allocation(struct region* r, struct allocation* a) {
-  r->base = r->range_start = r->map_base = (CUdeviceptr)(uintptr_t)a->ptr;
+  r->base = r->range_start = (CUdeviceptr)(uintptr_t)a->ptr;
+  r->map_base = r->base - a->offset;
   r->size = r->range_size = a->size;
   r->map_size = a->mapping;
   r->ctx = a->ctx;
   r->device = a->ctx->device;
   r->buffer_id = a->buffer_id;
-  r->block_id = a->buffer_id + BLOCK_ID_BIAS;
+  r->block_id = a->map_id + BLOCK_ID_BIAS;  /* the mapping's, shared or not */
   r->ipc_capable = 1;
   r->access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   r->sync_memops = &a->sync_memops;

@@ -6,6 +6,7 @@
  *   fake_contexts.c  init, devices, contexts, primary contexts, peer access
  *   fake_streams.c   streams, capture, events
  *   fake_memory.c    cuMemAlloc/cuMemFree (+async), memory info, copies, memsets, pools
+ *   fake_chunks.c    small cuMemAllocs share 2 MiB mappings (the driver's sub-allocation)
  *   fake_pointers.c  what a device pointer lies in: address ranges, pointer attributes
  *   fake_ipc.c       IPC handles, dma-buf
  *   fake_vm.c        virtual memory (reservations, cuMemCreate, maps, access)
@@ -38,6 +39,7 @@
 #define MAX_PEERS 8
 #define PAGE ((size_t)4096)
 #define ALLOC_PAGE ((size_t)2 << 20) /* cuMemAlloc maps whole 2 MiB pages */
+#define SUBALLOC_UNIT ((size_t)512)  /* placement granularity inside a shared mapping */
 #define VM_GRANULARITY ((size_t)2 << 20)
 #define FIRST_BUFFER_ID 1000ULL
 #define BLOCK_ID_BIAS 1000000ULL     /* MEMORY_BLOCK_ID = a buffer id + this */
@@ -79,13 +81,27 @@ struct CUevent_st {
 };
 struct CUgraph_st { int unused; };
 
+/* A 2 MiB mapping that small cuMemAllocs share (fake_chunks.c). */
+struct chunk {
+  void* base;
+  int fd;
+  unsigned long long id;    /* the memfd's buffer id */
+  struct CUctx_st* ctx;
+  unsigned users;           /* allocations placed in it */
+  unsigned char used[ALLOC_PAGE / SUBALLOC_UNIT / 8];  /* a bit per 512 B unit */
+  struct chunk* next;
+};
+
 /* cuMemAlloc / cuMemAllocAsync memory. */
 struct allocation {
   void* ptr;
   size_t size;      /* as requested */
   size_t rounded;   /* counted against the device total (512 B units) */
   size_t mapping;   /* the memfd's size: whole 2 MiB pages */
-  int fd;           /* open while the allocation lives (IPC) */
+  size_t offset;    /* ptr's offset inside the memfd (0 unless in a chunk) */
+  int fd;           /* the memfd, open while the allocation lives (IPC) */
+  unsigned long long map_id;  /* the memfd's buffer id (buffer_id unless in a chunk) */
+  struct chunk* chunk;        /* the shared mapping holding it, or NULL */
   struct CUctx_st* ctx;
   unsigned long long buffer_id;
   unsigned sync_memops;
@@ -141,6 +157,7 @@ struct fake_driver {
   struct CUevent_st* events;     /* created events of live contexts */
   struct allocation* allocs;
   size_t nallocs, cap_allocs;
+  struct chunk* chunks;          /* shared mappings of small allocations */
   struct import* imports;
   struct reservation* reservations;
   struct physical* physicals;
@@ -216,6 +233,18 @@ FAKE_INTERNAL void fake_memfd_name(char* out, size_t n, unsigned long long id);
 FAKE_INTERNAL struct allocation* fake_find_allocation(CUdeviceptr p);
 /* Frees allocation i (lock held). */
 FAKE_INTERNAL void fake_free_allocation(size_t i);
+/* A memfd named after buffer `id`, `len` bytes mapped shared; its fd in *fd. */
+FAKE_INTERNAL void* fake_map_memfd(unsigned long long id, size_t len, int* fd);
+
+/* ---------------- fake_chunks.c ---------------- */
+
+/* The largest cuMemAlloc request placed in a shared mapping. */
+FAKE_INTERNAL size_t fake_suballoc_max(void);
+/* Places a (size, rounded, ctx filled) in a shared mapping: fills ptr,
+ * mapping, offset, fd, map_id and chunk; 0 when no memory (lock held). */
+FAKE_INTERNAL int fake_chunk_place(struct allocation* a);
+/* Gives a's place back; the chunk goes with its last allocation (lock held). */
+FAKE_INTERNAL void fake_chunk_release(struct allocation* a);
 
 /* ---------------- fake_ipc.c ---------------- */
 

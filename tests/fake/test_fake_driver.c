@@ -171,7 +171,7 @@ static int pointer_attribute(void) {
   CHECK_CU(cuPointerGetAttribute(&vp, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, q));
   CHECK(vp == (void*)(uintptr_t)p);
   CHECK_CU(cuPointerGetAttribute(&ull, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, q));
-  CHECK(ull == id + 1000000);
+  CHECK(ull >= 1000000 + 1000); /* the mapping's (shared: see suballocation) */
   CHECK_CU(cuPointerGetAttribute(&u, CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE, q));
   CHECK(u == 0);
   CHECK_ERR(cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_CONTEXT, q), CUDA_ERROR_INVALID_VALUE);
@@ -230,8 +230,10 @@ static int pointer_attributes(void) {
   const unsigned long long untouched = 0xabababababababab;
   unsigned long long id = 0;
   RUN(setup(&ctx, 0));
+  unsigned long long block = 0;
   CHECK_CU(cuMemAlloc(&p, 5000));
   CHECK_CU(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+  CHECK_CU(cuPointerGetAttribute(&block, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, p));
   CUdeviceptr q = p + 64;
   all_but_p2p(attrs, data, slots);
   CHECK_CU(cuPointerGetAttributes(NATTR, attrs, data, q));
@@ -253,7 +255,7 @@ static int pointer_attributes(void) {
   CHECK(slot_of(slots, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) == 0);
   CHECK(slot_of(slots, CU_POINTER_ATTRIBUTE_MAPPING_SIZE) == 2 * MiB);
   CHECK(slot_of(slots, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR) == p);
-  CHECK(slot_of(slots, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID) == id + 1000000);
+  CHECK(slot_of(slots, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID) == block);
   CHECK(U32(CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE) == 0);
 
   /* P2P_TOKENS stops the call: earlier attributes written, later ones not. */
@@ -630,6 +632,115 @@ static int stale_importer(int argc, char** argv) {
   RUN(setup(&ctx, 0));
   CHECK_ERR(cuIpcOpenMemHandle(&x, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_VALUE);
   CHECK(fake_cuda_live_imports() == 0 && stats().ipc_open_refused == 1);
+  return 0;
+}
+
+/* Small cuMemAllocs share a 2 MiB mapping, placed first fit at 512 B
+ * granularity (measured on an H100: 512 B, 1 KiB, 1.5 KiB and 100 B land at
+ * offsets 0, 0x200, 0x600 and 0xc00); the mapping attributes name it and the
+ * IPC handles differ in the size and offset fields only. */
+static int suballocation(void) {
+  CUcontext ctx;
+  static const size_t sizes[] = {512, 1024, 1536, 100};
+  static const size_t at[] = {0, 0x200, 0x600, 0xc00};
+  CUdeviceptr p[4], big = 0, again = 0, base = 0;
+  CUipcMemHandle h[4];
+  unsigned long long block[4], big_block = 0;
+  size_t size = 0;
+  RUN(setup(&ctx, 0));
+  for (int i = 0; i < 4; ++i) {
+    CHECK_CU(cuMemAlloc(&p[i], sizes[i]));
+    CHECK(p[i] == p[0] + at[i]);
+    CHECK_CU(cuMemGetAddressRange(&base, &size, p[i]));
+    CHECK(base == p[i] && size == sizes[i]);
+    CHECK_CU(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p[i]));
+    CHECK(base == p[0]);
+    CHECK_CU(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p[i]));
+    CHECK(size == 2 * MiB);
+    CHECK_CU(cuPointerGetAttribute(&block[i], CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, p[i]));
+    CHECK(block[i] == block[0]);
+    CHECK_CU(cuIpcGetMemHandle(&h[i], p[i]));
+    struct handle_view v = view(&h[i]);
+    CHECK(v.size == sizes[i] && v.offset == at[i] && v.pages == 2 * MiB / 4096);
+    for (int b = 0; b < CU_IPC_HANDLE_SIZE; ++b)
+      if (b < 16 || (b >= 24 && b < 28) || b >= 32) CHECK(h[i].reserved[b] == h[0].reserved[b]);
+  }
+  /* 2 MiB gets a mapping of its own. */
+  CHECK_CU(cuMemAlloc(&big, 2 * MiB));
+  CHECK_CU(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, big));
+  CHECK_CU(cuPointerGetAttribute(&big_block, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, big));
+  CHECK(base == big && big_block != block[0]);
+  /* A freed place is reused at once. */
+  CHECK_CU(cuMemFree(p[1]));
+  CHECK_CU(cuMemAlloc(&again, 700));
+  CHECK(again == p[1]);
+  CHECK_CU(cuMemFree(again));
+  for (int i = 0; i < 4; ++i)
+    if (i != 1) CHECK_CU(cuMemFree(p[i]));
+  CHECK_CU(cuMemFree(big));
+  CHECK(stats().live_allocs == 0 && stats().live_bytes == 0);
+  return 0;
+}
+
+/* FAKE_CUDA_SUBALLOC_MAX=0: every allocation has a mapping of its own. */
+static int suballocation_off(void) {
+  CUcontext ctx;
+  CUdeviceptr p[2], base = 0;
+  RUN(setup(&ctx, 0));
+  for (int i = 0; i < 2; ++i) {
+    CUipcMemHandle h;
+    CHECK_CU(cuMemAlloc(&p[i], 512));
+    CHECK_CU(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p[i]));
+    CHECK(base == p[i]);
+    CHECK_CU(cuIpcGetMemHandle(&h, p[i]));
+    CHECK(view(&h).offset == 0);
+  }
+  CHECK(p[1] - p[0] >= 2 * MiB || p[0] - p[1] >= 2 * MiB);
+  for (int i = 0; i < 2; ++i) CHECK_CU(cuMemFree(p[i]));
+  return 0;
+}
+
+/* FAKE_CUDA_IPC_LAYOUT (offset_moved, size_moved): the handle of the second
+ * allocation of a shared mapping carries its size and offset elsewhere, and
+ * an importer (of the same layout) still maps exactly its bytes. */
+static int ipc_moved_layout(void) {
+  CUcontext ctx;
+  CUdeviceptr first = 0, p = 0;
+  CUipcMemHandle h;
+  const char* layout = getenv("FAKE_CUDA_IPC_LAYOUT");
+  CHECK(layout != NULL);
+  RUN(setup(&ctx, 0));
+  CHECK_CU(cuMemAlloc(&first, 512));
+  CHECK_CU(cuMemAlloc(&p, 1000));
+  CHECK(p == first + 512);
+  RUN(fill(p, 1000));
+  CHECK_CU(cuIpcGetMemHandle(&h, p));
+  uint64_t at16 = 0, at48 = 0;
+  uint32_t at28 = 0, at48_32 = 0;
+  memcpy(&at16, h.reserved + 16, 8);
+  memcpy(&at28, h.reserved + 28, 4);
+  memcpy(&at48, h.reserved + 48, 8);
+  memcpy(&at48_32, h.reserved + 48, 4);
+  if (strcmp(layout, "offset_moved") == 0) CHECK(at16 == 1000 && at28 == 0 && at48_32 == 512);
+  else CHECK(strcmp(layout, "size_moved") == 0 && at16 == 1024 && at28 == 512 && at48 == 1000);
+  RUN(spawn("layout_importer", &h, 1));
+  CHECK_CU(cuMemFree(p));
+  CHECK_CU(cuMemFree(first));
+  return 0;
+}
+
+static int layout_importer(int argc, char** argv) {
+  CUcontext ctx;
+  CUipcMemHandle h;
+  CUdeviceptr x = 0, base = 0;
+  size_t size = 0;
+  CHECK(argc == 3 && from_hex(argv[2], &h) == 0);
+  RUN(setup(&ctx, 0));
+  CHECK_CU(cuIpcOpenMemHandle(&x, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  CHECK_CU(cuMemGetAddressRange(&base, &size, x));
+  CHECK(base == x && size == 1000);
+  RUN(holds(x, 0, 1000, 0, 0, 0));
+  CHECK_CU(cuIpcCloseMemHandle(x));
   return 0;
 }
 
@@ -1238,6 +1349,9 @@ static const struct test_case cases[] = {
   {"vm_attributes", vm_attributes},
   {"ipc_local", ipc_local},
   {"ipc_cross_process", ipc_cross_process},
+  {"suballocation", suballocation},
+  {"suballocation_off", suballocation_off},
+  {"ipc_moved_layout", ipc_moved_layout},
   {"primary_context", primary_context},
   {"ctx_destroy", ctx_destroy},
   {"peer_access", peer_access},
@@ -1256,6 +1370,7 @@ int main(int argc, char** argv) {
   g_case = argv[1];
   if (strcmp(argv[1], "importer") == 0) return importer(argc, argv);
   if (strcmp(argv[1], "stale_importer") == 0) return stale_importer(argc, argv);
+  if (strcmp(argv[1], "layout_importer") == 0) return layout_importer(argc, argv);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     if (strcmp(cases[i].name, argv[1]) == 0) return cases[i].run();
   fprintf(stderr, "unknown case %s\n", argv[1]);
