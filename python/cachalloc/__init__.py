@@ -23,7 +23,8 @@ Two uses, both through ctypes (include/cachalloc.h is the reference):
 
 Which library: the libcachalloc.so the process has already loaded
 (preloaded, or loaded by PyTorch); else ``CACHALLOC_LIBRARY``; else the one
-this module was installed with (meson install); else
+this package was installed with (``pip install .``: the one inside the
+package; meson install: the prefix's); else
 ``ctypes.util.find_library("cachalloc")``.
 
 Until cachalloc has served an allocation the statistics are empty (``{}``),
@@ -41,10 +42,12 @@ import os
 import threading
 
 __all__ = [
+    "__version__",
     "CachallocError",
     "library_path",
     "load",
     "is_loaded",
+    "library_version",
     "stats",
     "memory_summary",
     "empty_cache",
@@ -61,8 +64,15 @@ __all__ = [
     "use_mem_pool",
 ]
 
-# Substituted by meson (python/meson.build): the library this copy belongs to.
+# Substituted by meson (python/cachalloc/meson.build): the library this copy
+# belongs to (a bare name: beside this file, as in the wheel), and meson's
+# project version (cachalloc --version and cachalloc_version() say the same).
 _CONFIGURED_LIBRARY = "@CACHALLOC_LIB@"
+if not _CONFIGURED_LIBRARY.startswith("@") and not os.path.isabs(_CONFIGURED_LIBRARY):
+    _CONFIGURED_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), _CONFIGURED_LIBRARY)
+__version__ = "@CACHALLOC_VERSION@"
+if __version__.startswith("@"):  # the unconfigured source file
+    __version__ = None
 
 SUCCESS = 0
 ERROR_INVALID_VALUE = 1
@@ -138,6 +148,7 @@ def library_path():
 def _declare(lib):
     c_int, c_size_t, c_void_p, c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
     protos = {
+        "cachalloc_version": (c_char_p, []),
         "cachalloc_empty_cache": (c_int, [c_int]),
         "cachalloc_stats_json": (c_int, [c_char_p, c_size_t]),
         "cachalloc_stats_json_size": (c_int, [ctypes.POINTER(c_size_t)]),
@@ -181,6 +192,13 @@ def load(path=None):
 def is_loaded():
     """Whether a libcachalloc.so is mapped in this process (nothing is loaded to find out)."""
     return _lib is not None or _loaded_library_path() is not None
+
+
+def library_version():
+    """The version the library says it is (cachalloc_version()); __version__
+    is this module's.  None for a library older than the function."""
+    fn = getattr(load(), "cachalloc_version", None)
+    return fn().decode() if fn is not None else None
 
 
 def _check(function, code, allow=()):
