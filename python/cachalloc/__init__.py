@@ -60,6 +60,8 @@ __all__ = [
     "get_per_process_memory_fraction",
     "pluggable_allocator",
     "use_with_torch",
+    "patch_torch",
+    "unpatch_torch",
     "mem_pool",
     "use_mem_pool",
 ]
@@ -379,19 +381,42 @@ def pluggable_allocator(path=None, hooks=True):
         return _torch_allocators.setdefault(key, allocator)
 
 
-def use_with_torch(path=None, hooks=True):
+def use_with_torch(path=None, hooks=True, patch=True):
     """Makes cachalloc PyTorch's CUDA allocator (change_current_allocator).
 
     Call it before the first CUDA allocation of the process (PyTorch refuses
-    to swap an allocator in use).  Then torch.cuda.memory_stats() and
-    memory_summary() are not available (PyTorch's pluggable interface does not
-    forward them): use cachalloc.stats() and cachalloc.memory_summary().
+    to swap an allocator in use).  PyTorch's pluggable interface does not
+    forward torch.cuda.memory_stats() and the functions built on it, so
+    (patch=True) patch_torch() makes them answer with cachalloc's numbers.
     Returns the allocator."""
     import torch
 
     allocator = pluggable_allocator(path, hooks)
     torch.cuda.memory.change_current_allocator(allocator)
+    if patch:
+        patch_torch()
     return allocator
+
+
+def patch_torch():
+    """torch.cuda.memory_stats(), memory_allocated(), max_memory_allocated(),
+    memory_reserved(), max_memory_reserved(), reset_peak_memory_stats(),
+    reset_accumulated_memory_stats(), memory_summary(), memory_snapshot()
+    and torch.cuda.memory._snapshot() answer with cachalloc's statistics of
+    the device (cachalloc/torch_memory.py).  use_with_torch() calls it; call
+    it yourself under LD_PRELOAD with PyTorch's caching off
+    (PYTORCH_NO_CUDA_MEMORY_CACHING=1), where PyTorch's answer zeros.
+    Returns the names replaced."""
+    from cachalloc import torch_memory
+
+    return torch_memory.patch()
+
+
+def unpatch_torch():
+    """Gives PyTorch its own memory functions back."""
+    from cachalloc import torch_memory
+
+    torch_memory.unpatch()
 
 
 def mem_pool(path=None, **kwargs):
