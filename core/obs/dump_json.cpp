@@ -124,6 +124,9 @@ std::string stats_json(const ProcessReport& r, const std::string& host) {
   w.begin_array();
   for (const DeviceReport& d : r.devices) device_object(w, d);
   w.end_array();
+  // The stats:stderr table, as text: `cachalloc-report summary` prints it,
+  // so the table has one implementation (summary_table.cpp).
+  w.field("summary_table", summary_text(r));
   w.end_object();
   return w.take() + "\n";
 }
