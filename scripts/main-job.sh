@@ -9,9 +9,10 @@
 # driver-API example against the test suite's fake libcuda.so.1 (host memory
 # standing in for device memory), so the shim is still seen at work.
 #
-# The build lives in build-demo/, configured without the tests and the
-# benchmarks, and only the demo's targets are built (about a minute on two
-# cores the first time; later runs reuse it).  scripts/test.sh builds in
+# The build lives in build-demo/, configured without the tests, the
+# benchmarks and debug information (-g costs a quarter of the compile time),
+# and only the demo's targets are built (about a minute on two cores the
+# first time; later runs reuse it).  scripts/test.sh builds in
 # build/ and its siblings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +26,8 @@ have_gpu() {
 # Configures build-demo/ once; on failure shows meson's own words.
 configure() {
   [ -f "$dir/build.ninja" ] && return 0
-  echo "== configuring $dir/ (meson setup -Dtests=false -Dbench=false)"
-  if ! meson setup "$dir" -Dtests=false -Dbench=false >"$dir.setup.log" 2>&1; then
+  echo "== configuring $dir/ (meson setup -Dtests=false -Dbench=false -Ddebug=false)"
+  if ! meson setup "$dir" -Dtests=false -Dbench=false -Ddebug=false >"$dir.setup.log" 2>&1; then
     echo "== meson setup failed; its output ($dir.setup.log):" >&2
     cat "$dir.setup.log" >&2
     rm -rf "$dir"  # the next run configures again
