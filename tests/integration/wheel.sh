@@ -10,7 +10,8 @@
 #   wheel.sh SOURCE_DIR WHEEL_BUILD_DIR DRIVER_PATTERNS FAKE_LIBCUDA_DIR VERSION
 # Debian's python3 with python3-venv and python3-mesonpy (scripts/
 # install-deps.sh installs them); exit 77 without them.  pip runs offline
-# (--no-index --no-build-isolation: the build tools are Debian's).
+# (--no-index --no-build-isolation: the build tools are Debian's; --no-cache-dir:
+# nothing left in ~/.cache/pip).
 # WHEEL_BUILD_DIR keeps meson-python's build between runs.
 set -u
 src=$1 wheel_build=$2 example=$(realpath "$3") fake_dir=$4 version=$5
@@ -24,7 +25,7 @@ unset PYTHONPATH CACHALLOC_LIBRARY CACHALLOC_CONF LD_PRELOAD
 
 "$py" -m venv --system-site-packages "$tmp/venv" || fail "python3 -m venv"
 start=$(date +%s)
-"$tmp/venv/bin/pip" install --quiet --no-build-isolation --no-index \
+"$tmp/venv/bin/pip" install --quiet --no-cache-dir --no-build-isolation --no-index \
   --config-settings "builddir=$wheel_build" "$src" >"$tmp/pip.log" 2>&1 \
   || { cat "$tmp/pip.log"; fail "pip install ."; }
 echo "pip install . took $(( $(date +%s) - start )) s"
