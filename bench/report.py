@@ -18,9 +18,11 @@ that docs/BENCHMARKS.md carries (between the markers
 "<!-- run-all:begin -->" and "<!-- run-all:end -->"; --update-docs replaces
 what is between them in place; --marker NAME uses "<!-- NAME:begin -->" etc.).  Plots (--plots-dir): STEM-threads.png
 (aggregate ns per pair against thread count) and STEM-live.png (ns per pair
-against live blocks), drawn with matplotlib when it can be imported, else
-with bench/minipng.py (standard library only); --no-matplotlib forces the
-latter.
+against live blocks), drawn with matplotlib (Debian's python3-matplotlib,
+installed by scripts/install-deps.sh: run under an interpreter without it,
+report.py runs itself again with /usr/bin/python3 when that one has it;
+without matplotlib anywhere the plots are skipped with a message and the
+tables are still written).
 
 Figures: every cell is the median over rounds (each round's figure is
 itself the median of the batches timed within that process), with the
@@ -34,6 +36,7 @@ import math
 import os
 import re
 import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -628,56 +631,62 @@ def line_style(label, colour):
     return {"color": colour, "linestyle": style[0], "marker": style[1], "linewidth": style[2], "markersize": 4}
 
 
-def plots(raw, outdir, stem, no_mpl=False):
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+def pyplot_or_rerun():
+    """matplotlib.pyplot, or None when no interpreter here has it.  Without
+    it in this interpreter (python3 first on PATH may be another one), runs
+    this command again under Debian's when that one can import it."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        pass
+    if os.path.realpath(sys.executable) != os.path.realpath(DEBIAN_PYTHON) and os.access(DEBIAN_PYTHON, os.X_OK) \
+            and subprocess.run([DEBIAN_PYTHON, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+    return None
+
+
+def plots(raw, outdir, stem, mpl):
     m = Micro(raw)
     _, live_series = live_table(m)
     _, thr_series = threads_table(m)
-    made, how = [], None
+    made = []
     specs = [("threads", "aggregate ns per pair vs threads (lower is better)", "threads", "ns per pair (wall / pairs)",
               thr_series, True, True),
              ("live", "ns per 512 B pair vs live blocks", "live 512 B blocks held", "ns per pair", live_series, True,
               True)]
-    mpl = None
-    if not no_mpl:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            mpl = plt
-        except Exception:
-            mpl = None
     for name, title, xl, yl, series, xlog, ylog in specs:
         if not series:
             continue
         path = os.path.join(outdir, f"{stem}-{name}.png")
-        if mpl is not None:
-            fig, ax = mpl.subplots(figsize=(9, 5.5))
-            colours = mpl.get_cmap("tab20").colors
-            for i, (lbl, pts) in enumerate(series):
-                if pts:  # a line style per contender, so that a colour shared by two lines never confuses
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], label=lbl, **line_style(lbl, colours[i % 20]))
-            ax.set_xscale("log" if xlog else "linear")
-            ax.set_yscale("log" if ylog else "linear")
-            if name == "threads":
-                ts = sorted({p[0] for _, pts in series for p in pts})
-                ax.set_xticks(ts)
-                ax.set_xticklabels([str(int(t)) for t in ts])
-            ax.set_title(title)
-            ax.set_xlabel(xl)
-            ax.set_ylabel(yl)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
-            mpl.close(fig)
-            how = "matplotlib"
-        else:
-            sys.path.insert(0, HERE)
-            import minipng
-            minipng.line_chart(path, title, xl, yl, series, xlog=xlog, ylog=ylog)
-            how = "minipng (matplotlib not importable)" if not no_mpl else "minipng"
+        fig, ax = mpl.subplots(figsize=(9, 5.5))
+        colours = mpl.get_cmap("tab20").colors
+        for i, (lbl, pts) in enumerate(series):
+            if pts:  # a line style per contender, so that a colour shared by two lines never confuses
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=lbl, **line_style(lbl, colours[i % 20]))
+        ax.set_xscale("log" if xlog else "linear")
+        ax.set_yscale("log" if ylog else "linear")
+        if name == "threads":
+            ts = sorted({p[0] for _, pts in series for p in pts})
+            ax.set_xticks(ts)
+            ax.set_xticklabels([str(int(t)) for t in ts])
+        ax.set_title(title)
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        mpl.close(fig)
         made.append(path)
-    return made, how
+    return made
 
 
 # --- the documents ------------------------------------------------------------------------------
@@ -906,13 +915,13 @@ def main():
     ap.add_argument("--md", help="write the full report here")
     ap.add_argument("--plots-dir", help="write the PNG plots here")
     ap.add_argument("--stem", help="file name stem of the plots (default: the raw file's)")
-    ap.add_argument("--no-matplotlib", action="store_true")
     ap.add_argument("--markdown-for-docs", action="store_true", help="print the docs/BENCHMARKS.md section")
     ap.add_argument("--link-prefix", default=None, help="prefix of plot links (docs: ../bench/results/)")
     ap.add_argument("--update-docs", metavar="BENCHMARKS_MD")
     ap.add_argument("--marker", default="run-all", help="the generated block's marker name (default run-all)")
     ap.add_argument("--summary-json")
     a = ap.parse_args()
+    mpl = pyplot_or_rerun() if a.plots_dir else None  # before any output: it may run this again
     raws = []
     for path in a.raw:
         with open(path) as f:
@@ -924,9 +933,10 @@ def main():
     if a.plots_dir:
         os.makedirs(a.plots_dir, exist_ok=True)
         try:
-            made, how = plots(raw, a.plots_dir, stem, a.no_matplotlib)
-            print(f"report.py: plots ({how}): {', '.join(made) or 'none (no thread or live-block figures)'}",
-                  file=sys.stderr)
+            if mpl is None:
+                raise ImportError("no matplotlib (apt-get install python3-matplotlib, or pip install matplotlib)")
+            made = plots(raw, a.plots_dir, stem, mpl)
+            print(f"report.py: plots: {', '.join(made) or 'none (no thread or live-block figures)'}", file=sys.stderr)
         except Exception as e:  # the tables matter more than the pictures
             print(f"report.py: plots failed: {type(e).__name__}: {e}", file=sys.stderr)
     docs_mode = a.markdown_for_docs or a.update_docs

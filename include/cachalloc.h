@@ -69,6 +69,12 @@ extern "C" {
 #define CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED 900 /* not allowed while a graph capture is in flight */
 #define CACHALLOC_ERROR_UNKNOWN 999         /* an internal error (never expected) */
 
+/* cachalloc's version, "MAJOR.MINOR.PATCH" (meson's project version; the
+ * launcher's --version and the Python module's __version__ say the same).
+ * Always available, before anything was served and while exiting; a static
+ * string, never NULL. */
+const char* cachalloc_version(void);
+
 /* CUstream and cudaStream_t are both `struct CUstream_st*`: either can be
  * passed without a cast, and this header needs no CUDA header. */
 struct CUstream_st;

@@ -401,6 +401,13 @@ else
   rc=$?
   if [[ -s "$WORK/client-rows.tsv" ]]; then cat "$WORK/client-rows.tsv" >>"$ROWS"
   else row "clients" FAIL "no result rows (exit $rc$(timeout_note $rc))"; fi
+  # torch.cuda.memory_stats() and the rest under use_with_torch() and under
+  # LD_PRELOAD + patch_torch(), against PyTorch's own allocator and the dumps
+  mkdir -p "$WORK/clients"
+  timed torch_memory "$(budget_for 180)" python3 tests/gpu/clients/torch_memory_functions.py \
+    --shim "$SHIM" --module-dir "$BUILD/python" --out "$WORK/clients"
+  rc=$?
+  row "torch memory functions" "$(status_of $rc)" "$(grep -E 'FAIL|SKIP|^pluggable:' "$WORK/torch_memory.log" | head -1)$(timeout_note $rc)"
 fi
 
 # --- 6. benchmarks ---------------------------------------------------------------

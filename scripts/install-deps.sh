@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs, from Debian's packages, whatever the build needs
 # and this machine lacks: meson, ninja, a C++20 compiler, Catch2 v2, spdlog,
-# fmt, binutils (readelf), python3, and for scripts/test.sh's sanitizer and
+# fmt, binutils (readelf), python3 (Debian's, /usr/bin/python3, with venv,
+# meson-python and matplotlib: the wheel test and the plots), nlohmann-json
+# (header-only, the C++ tests' JSON parser), and for scripts/test.sh's sanitizer and
 # fuzzing phases clang with its runtimes (libFuzzer), gcc's ASan/UBSan/TSan
 # runtimes and a static libc (the test wrapper tests/sanitize/preload_first.c
 # is linked statically).  The CUDA toolkit (headers, nvcc) is expected at
@@ -17,6 +19,13 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
 [ -f /usr/include/spdlog/spdlog.h ] || need+=(libspdlog-dev)
 [ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+# Debian's interpreter, whatever python3 comes first on PATH: the modules
+# below are Debian's packages, for /usr/bin/python3.
+debian_py() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import $1" 2>/dev/null; }
+debian_py 'venv, ensurepip' || need+=(python3-venv)
+debian_py mesonpy || need+=(python3-mesonpy)
+debian_py matplotlib || need+=(python3-matplotlib)
 # gcc's sanitizer runtimes come with libgcc-*-dev (a dependency of g++);
 # the static libc with libc6-dev.
 [[ "$(gcc -print-file-name=libc.a 2>/dev/null)" == /* ]] || need+=(libc6-dev)

@@ -221,6 +221,9 @@ CACHALLOC_EXPORT int cachalloc_record_stream(void* ptr, struct CUstream_st* stre
   });
 }
 
+// A string literal from meson's project version (shim/meson.build).
+CACHALLOC_EXPORT const char* cachalloc_version(void) { return CACHALLOC_VERSION_STRING; }
+
 CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
   return guarded([&] {
     if (msg == nullptr && len != 0) return CACHALLOC_ERROR_INVALID_VALUE;

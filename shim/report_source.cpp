@@ -67,6 +67,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
       report.devices.push_back(std::move(d));
     }
     shim::copy_counters(&report);
+    report.repeated_ooms = obs::ProcessObserver::instance().repeated_ooms();
   } catch (...) {
     // A partial report is better than none; never throw into the exit path.
   }

@@ -41,7 +41,8 @@ std::string temp_path_for(const std::string& path) {
   return dir + "." + name + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
 }
 
-// Why a file could not be created in `dir`, in the user's terms.
+}  // namespace
+
 std::string create_failure(int err, const std::string& dir) {
   switch (err) {
     case ENOENT: return "directory " + dir + " does not exist";
@@ -55,6 +56,8 @@ std::string create_failure(int err, const std::string& dir) {
     default: return "cannot create a file in directory " + dir + ": " + std::strerror(err);
   }
 }
+
+namespace {
 
 std::string reason(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 

@@ -23,6 +23,11 @@ namespace cachalloc::obs {
 // temporary file left behind.
 bool atomic_write_file(const std::string& path, std::string_view content, std::string* error);
 
+// Why a file could not be created in `dir` (errno `err` of open/mkstemp), in
+// the same terms: "directory /x does not exist", "no permission to create a
+// file in directory /x", ...; strerror's words for the rest.
+std::string create_failure(int err, const std::string& dir);
+
 // One line "cachalloc: warning: <message>\n" straight to fd 2 (write(2), no
 // buffering, no logger: works at exit and with log_level:off).
 void warn_stderr(std::string_view message);

@@ -2,6 +2,7 @@
 #include "dump_json.h"
 
 #include "json_writer.h"
+#include "process_observer.h"
 #include "summary_table.h"
 
 namespace cachalloc::obs {
@@ -30,6 +31,23 @@ void interposer_object(JsonWriter& w, const ProcessReport& r) {
   w.field("ns_in_driver", r.ns_in_driver);
   w.field("driver_calls", r.driver_calls);
   w.end_object();
+}
+
+// Out-of-memory conditions printed once and then counted (ProcessObserver).
+void repeated_ooms_array(JsonWriter& w, const ProcessReport& r) {
+  w.key("repeated_ooms");
+  w.begin_array();
+  for (const RepeatedOom& rep : r.repeated_ooms) {
+    w.begin_object();
+    w.field("device", rep.device);
+    w.field("reason", std::string(rep.reason));
+    w.field("count", rep.count);
+    w.field("allowed", static_cast<std::uint64_t>(rep.allowed));
+    w.field("largest_need", static_cast<std::uint64_t>(rep.largest_need));
+    w.field("summary", repeated_oom_summary(rep));
+    w.end_object();
+  }
+  w.end_array();
 }
 
 void device_object(JsonWriter& w, const DeviceReport& d) {
@@ -101,10 +119,14 @@ std::string stats_json(const ProcessReport& r, const std::string& host) {
   w.field("command_line", r.command_line);
   w.field("config", r.config.to_string());
   interposer_object(w, r);
+  repeated_ooms_array(w, r);
   w.key("devices");
   w.begin_array();
   for (const DeviceReport& d : r.devices) device_object(w, d);
   w.end_array();
+  // The stats:stderr table, as text: `cachalloc-report summary` prints it,
+  // so the table has one implementation (summary_table.cpp).
+  w.field("summary_table", summary_text(r));
   w.end_object();
   return w.take() + "\n";
 }

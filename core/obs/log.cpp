@@ -4,8 +4,11 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <atomic>
 #include <mutex>
 
@@ -31,21 +34,38 @@ std::atomic<spdlog::logger*> g_logger{nullptr};
 std::once_flag g_default_once;
 std::once_flag g_init_once;
 
-// spdlog would create missing parent directories; like the report files, a
-// log file is only created in a directory that exists.
-bool parent_directory_exists(const std::string& path) {
+std::string directory_of(const std::string& path) {
   std::size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return true;
-  std::string dir = slash == 0 ? "/" : path.substr(0, slash);
-  struct stat st {};
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-spdlog::sink_ptr file_sink_or_null(const std::string& path) {
-  if (!parent_directory_exists(path)) return nullptr;
+// Why `path` cannot be opened for appending ("" when it can), in the words of
+// the report files' errors.  The file is opened (and closed) here with
+// open(2), not by spdlog: spdlog would create missing parent directories,
+// and its exception does not say why.  Like the report files, a log file is
+// only created in a directory that exists.
+std::string open_failure(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    return "";
+  }
+  const int err = errno;
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (err == EISDIR || (exists && S_ISDIR(st.st_mode))) return "it is a directory";
+  if (exists && (err == EACCES || err == EPERM)) return "no permission to write it";
+  return create_failure(err, directory_of(path));
+}
+
+spdlog::sink_ptr file_sink_or_null(const std::string& path, std::string* why) {
+  *why = open_failure(path);
+  if (!why->empty()) return nullptr;
   try {
     return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
-  } catch (...) {
+  } catch (const std::exception& e) {
+    *why = e.what();
     return nullptr;
   }
 }
@@ -54,8 +74,9 @@ void configure(const Config& config) {
   spdlog::sink_ptr sink;
   if (!config.log_file.empty()) {
     std::string path = expand_path_template(config.log_file, current_template_context());
-    sink = file_sink_or_null(path);
-    if (!sink) warn_stderr("cannot open log_file " + path + "; logging to stderr");
+    std::string why;
+    sink = file_sink_or_null(path, &why);
+    if (!sink) warn_stderr("cannot open log_file " + path + ": " + why + "; logging to stderr");
   }
   if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   auto* log = new spdlog::logger("cachalloc", std::move(sink));

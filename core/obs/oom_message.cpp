@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "process_observer.h"
 #include "size_policy.h"
@@ -99,6 +100,41 @@ std::string reason_and_remedy(int device, const OomReport& r) {
 }
 
 }  // namespace
+
+// The first two cases of reason_and_remedy(): nothing the program frees or
+// waits for changes them.
+const char* oom_repeat_reason(const OomReport& r) {
+  if (r.device_total > 0 && r.rounded > r.device_total) return "larger_than_device";
+  const bool capped = r.device_total > 0 && r.allowed < r.device_total;
+  if (capped && segment_size_for(r.rounded) > r.allowed) return "per_process_memory_fraction";
+  return nullptr;
+}
+
+std::size_t oom_need(const OomReport& r) {
+  if (r.device_total > 0 && r.rounded > r.device_total) return r.rounded;
+  return segment_size_for(r.rounded);
+}
+
+std::string repeated_oom_summary(const RepeatedOom& rep) {
+  if (std::string_view(rep.reason) == "larger_than_device")
+    return fmt::format(
+        "{} allocations on device {} were larger than its total memory ({}); the largest asked for {}. The "
+        "message was printed once (the first).",
+        rep.count, rep.device, human(rep.device_total), human(rep.largest_need));
+  const double fraction = rep.device_total > 0 ? static_cast<double>(rep.allowed) / static_cast<double>(rep.device_total) : 0.0;
+  const double needed = rep.device_total > 0
+                            ? round_up_2_digits(static_cast<double>(rep.largest_need) / static_cast<double>(rep.device_total))
+                            : 0.0;
+  std::string remedy = needed <= 1.0 ? fmt::format("raise per_process_memory_fraction to at least {:g} (what that "
+                                                   "segment needs; the program may need more once it runs), or "
+                                                   "remove it from CACHALLOC_CONF",
+                                                   needed)
+                                     : "remove per_process_memory_fraction from CACHALLOC_CONF";
+  return fmt::format(
+      "per_process_memory_fraction:{:.3g} ({} of device {}) refused {} allocations (the message was printed once, "
+      "for the first); the largest needed a {} segment: to serve every one of them, {}.",
+      fraction, human(rep.allowed), rep.device, rep.count, human(rep.largest_need), remedy);
+}
 
 std::string format_oom_message(int device, const OomReport& r, const std::string& nvml_lines) {
   std::size_t unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;

@@ -1,7 +1,9 @@
 // process_observer.cpp — see process_observer.h.
 #include "process_observer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "log.h"
 
@@ -38,9 +40,31 @@ void ProcessObserver::on_event(int device, const TraceEvent& event) {
 }
 
 void ProcessObserver::on_oom(int device, const OomReport& report) {
+  const char* reason = oom_repeat_reason(report);
+  if (reason != nullptr) {
+    std::lock_guard<std::mutex> lock(oom_mutex_);
+    for (RepeatedOom& r : repeats_) {
+      if (r.device != device || std::strcmp(r.reason, reason) != 0) continue;
+      ++r.count;  // printed already: counted
+      r.largest_need = std::max(r.largest_need, oom_need(report));
+      return;
+    }
+    repeats_.push_back({device, reason, 1, report.allowed, report.device_total, oom_need(report)});
+  }
   spdlog::logger& log = logger();
   if (!log.should_log(spdlog::level::err)) return;
-  log.error("{}", format_oom_message(device, report, nvml_process_usage(device)));
+  std::string msg = format_oom_message(device, report, nvml_process_usage(device));
+  if (reason != nullptr)
+    msg += fmt::format(
+        "\nLater out-of-memory errors on device {} for this reason are counted, not printed: their number and "
+        "the setting that serves the largest of them are reported at exit and in the stats dump.",
+        device);
+  log.error("{}", msg);
+}
+
+std::vector<RepeatedOom> ProcessObserver::repeated_ooms() const {
+  std::lock_guard<std::mutex> lock(oom_mutex_);
+  return repeats_;
 }
 
 TraceRing::Contents ProcessObserver::trace_contents() const {

@@ -61,6 +61,18 @@ struct DeviceReport {
   bool context_destroyed = false;      // its context was destroyed or reset (stats as they were then)
 };
 
+// An out-of-memory condition that repeats whatever the program does (a
+// configured limit below what every such request needs): ProcessObserver
+// prints its first message in full and counts the others.
+struct RepeatedOom {
+  int device = 0;
+  const char* reason = "";       // oom_repeat_reason(): "per_process_memory_fraction", "larger_than_device"
+  std::uint64_t count = 0;       // out-of-memory errors for it, the printed one included
+  std::size_t allowed = 0;       // the fraction's cap, bytes
+  std::size_t device_total = 0;  // bytes
+  std::size_t largest_need = 0;  // the largest segment (fraction) or request (device) refused
+};
+
 struct ProcessReport {
   Config config;
   std::string command_line;            // argv joined by spaces
@@ -72,6 +84,7 @@ struct ProcessReport {
   std::uint64_t ns_inside = 0;
   std::uint64_t ns_in_driver = 0;      // part of ns_inside spent in driver calls
   std::uint64_t driver_calls = 0;      // the driver calls counted in ns_in_driver
+  std::vector<RepeatedOom> repeated_ooms;  // ProcessObserver::repeated_ooms()
 };
 
 }  // namespace cachalloc::obs

@@ -9,6 +9,7 @@
 
 #include "atomic_file.h"
 #include "dump_json.h"
+#include "log.h"
 #include "path_template.h"
 #include "process_observer.h"
 #include "summary_table.h"
@@ -85,6 +86,16 @@ void write_trace(const ProcessReport& r, const TraceRing::Contents& trace, const
   write_report_file("trace", "trace", r.config.trace, ctx, trace_json(trace, r.pid));
 }
 
+// The conditions ProcessObserver printed once and then counted: one line
+// each at exit, at error level like the message itself.
+void log_repeated_ooms(const ProcessReport& r) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::err)) return;
+  for (const RepeatedOom& rep : r.repeated_ooms)
+    if (rep.count > 1) log.error("{}", repeated_oom_summary(rep));
+  log.flush();
+}
+
 // Every report is attempted even if an earlier one failed.
 template <typename Fn>
 void guarded(const char* what, Fn fn) {
@@ -101,6 +112,7 @@ void write_exit_reports(const ProcessReport& report, const TraceRing::Contents& 
   ReportSignalsHeld held(report.config);
   guarded("reports", [&] {
     TemplateContext ctx = current_template_context();  // one %d for all files of this exit
+    guarded("messages", [&] { log_repeated_ooms(report); });
     guarded("stats dump", [&] { write_stats(report, ctx); });
     guarded("snapshot", [&] { write_snapshot_file(report, ctx); });
     guarded("trace", [&] { write_trace(report, trace, ctx); });

@@ -128,6 +128,12 @@ def main():
             check(False, "use_with_torch() without torch")
         except ImportError:
             pass
+
+    # One version: the package's (meson's project version) is the library's.
+    check(isinstance(cachalloc.__version__, str) and cachalloc.__version__.count(".") == 2,
+          f"__version__ {cachalloc.__version__!r}")
+    check(cachalloc.library_version() == cachalloc.__version__,
+          f"library_version() {cachalloc.library_version()!r} != __version__ {cachalloc.__version__!r}")
     print("python_module: PASS")
     return 0
 

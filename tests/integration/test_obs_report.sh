@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_obs_report.sh — scripts/cachalloc-report against files written by the
-# C++ writers (test_obs_dumpgen): `summary` reprints the C++ table byte for
-# byte, `diff` compares two runs, `plot` draws a PNG (or, without
-# matplotlib, says so clearly and fails).
+# C++ writers (test_obs_dumpgen): `summary` prints the table the library
+# put in the dump (byte for byte what stats:stderr prints), `brief` says in sentences what the dump holds, `diff` compares two runs, `plot` draws a PNG (or, without
+# matplotlib in this python3 or Debian's /usr/bin/python3, says so clearly
+# and fails).
 #   test_obs_report.sh DUMPGEN REPORT_SCRIPT
 set -u
 gen=$1
@@ -30,8 +31,23 @@ n=$(grep -c '  =$' "$dir/same.txt")
 [ "$n" -ge 100 ] || fail "diff --all of a file with itself: $n equal rows, expected every stat"
 
 python3 "$report" summary "$dir/a-trace.json" > /dev/null 2>&1 && fail "summary accepted a trace file"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); del d["summary_table"]; json.dump(d, open(sys.argv[2], "w"))' \
+  "$dir/a.json" "$dir/old.json" || fail "writing a dump without summary_table"
+out=$(python3 "$report" summary "$dir/old.json" 2>&1) && fail "summary of a dump without its table succeeded"
+echo "$out" | grep -q 'has no summary_table' || fail "summary without a table: unclear message: $out"
 
-if python3 -c 'import matplotlib' 2>/dev/null; then
+# brief: the generator's numbers (120 cuMemAlloc_v2; devices 0 and 1 served
+# 80 + 40 with 58 + 36 driver allocations) in sentences, and the dump's path.
+python3 "$report" brief "$dir/a.json" > "$dir/brief.txt" || fail "brief exited $?"
+grep -q '^cachalloc intercepted 120 device allocations of test_obs_dumpgen (cuMemAlloc_v2 120)' "$dir/brief.txt" \
+  || { cat "$dir/brief.txt"; fail "brief: intercepted line"; }
+grep -q '^26 of the 120 allocations it served (22 %) came from its cache; it asked the driver for memory 94 times on 2 devices' \
+  "$dir/brief.txt" || { cat "$dir/brief.txt"; fail "brief: cache line"; }
+grep -q "^Passed to the driver untouched: 3 (foreign_pointer)" "$dir/brief.txt" || fail "brief: passthrough line"
+grep -qF "Full statistics: $dir/a.json" "$dir/brief.txt" || fail "brief: no path to the dump"
+python3 "$report" brief "$dir/a-trace.json" > /dev/null 2>&1 && fail "brief accepted a trace file"
+
+if python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   python3 "$report" plot "$dir/a-trace.json" -o "$dir/t.png" || fail "plot exited $?"
   head -c 8 "$dir/t.png" | od -An -c | grep -q 'P   N   G' || fail "plot did not write a PNG"
 else

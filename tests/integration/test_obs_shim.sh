@@ -119,5 +119,16 @@ cat "$dir"/log-*.txt | grep -q 'error\] CUDA out of memory.*Device 0 has a total
 # an unopenable log_file: one warning, the report still reaches stderr
 run "log_file:$dir/missing-dir/log.txt" oom || fail "oom/bad log_file: exited $?"
 [ "$(grep -c 'cachalloc: warning: cannot open log_file' "$dir/err.txt")" -eq 1 ] || fail "bad log_file: expected one warning"
+grep -q "cannot open log_file $dir/missing-dir/log.txt: directory $dir/missing-dir does not exist; logging to stderr" \
+  "$dir/err.txt" || fail "bad log_file: the warning does not say why: $(grep 'log_file' "$dir/err.txt")"
+# a log_file that is a directory, and one in a directory nobody may write to
+run "log_file:$dir" oom || fail "oom/directory log_file: exited $?"
+grep -q "cannot open log_file $dir: it is a directory" "$dir/err.txt" || fail "directory log_file: $(grep 'log_file' "$dir/err.txt")"
+if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
+  mkdir "$dir/ro" && chmod 555 "$dir/ro"
+  run "log_file:$dir/ro/log.txt" oom || fail "oom/read-only log_file: exited $?"
+  grep -q "cannot open log_file $dir/ro/log.txt: no permission to create a file in directory $dir/ro" "$dir/err.txt" \
+    || fail "read-only log_file: $(grep 'log_file' "$dir/err.txt")"
+fi
 grep -q 'error\] CUDA out of memory' "$dir/err.txt" || fail "bad log_file: report lost"
 echo ok

@@ -8,6 +8,7 @@
 #include "fake_backend.h"
 #include "obs/dump_json.h"
 #include "obs/json_writer.h"
+#include "obs/summary_table.h"
 #include "test_obs_json_parse.h"
 
 using namespace cachalloc;
@@ -108,6 +109,25 @@ TEST_CASE("stats dump: schema and numbers equal the stats", "[obs][json]") {
   CHECK(dev["derived"]["device_allocations_avoided"].i64() == 3 - s.num_device_alloc);
   CHECK(dev["derived"]["peak_fragmentation"].f64() ==
         Approx(1.0 - double(s.active_bytes[StatType::aggregate].peak) / double(s.reserved_bytes[StatType::aggregate].peak)));
+  // The table cachalloc-report summary prints: the library's own.
+  CHECK(j["summary_table"].text == summary_text(run.report));
+  CHECK(j["repeated_ooms"].kind == Json::array);
+  CHECK(j["repeated_ooms"].items.empty());
+}
+
+TEST_CASE("stats dump: a repeated out-of-memory condition, counted", "[obs][json]") {
+  RunReport run;
+  run.report.repeated_ooms.push_back({1, "per_process_memory_fraction", 288, 1073741, 1 * GiB, 64 * MiB});
+  Json j = parse_json(stats_json(run.report, "node7"));
+  REQUIRE(j["repeated_ooms"].items.size() == 1);
+  const Json& r = j["repeated_ooms"][0];
+  CHECK(r["device"].i64() == 1);
+  CHECK(r["reason"].text == "per_process_memory_fraction");
+  CHECK(r["count"].u64() == 288);
+  CHECK(r["largest_need"].u64() == 64 * MiB);
+  // 64 MiB of 1 GiB is 0.0625: "at least" the next two-digit value up.
+  CHECK(r["summary"].text.find("refused 288 allocations") != std::string::npos);
+  CHECK(r["summary"].text.find("at least 0.063") != std::string::npos);
 }
 
 TEST_CASE("snapshot: every segment with its blocks", "[obs][json]") {

@@ -1,14 +1,18 @@
-// test_obs_json_parse.h — a minimal JSON parser for the observability tests,
-// so they read back what the writers wrote instead of grepping text.  Strict
-// enough to reject malformed output (throws std::runtime_error); numbers keep
-// their text so 64-bit integers compare exactly.
+// test_obs_json_parse.h — JSON for the observability tests, so they read back
+// what the writers wrote instead of grepping text.  Parsed by nlohmann-json
+// (Debian's nlohmann-json3-dev, header-only, tests only: the shipped library
+// has no dependency), strict: malformed output throws std::runtime_error.
+// The tests' view of a value is kept (kind, text, items, members in document
+// order): numbers keep their text so 64-bit integers compare exactly and a
+// float's formatting can be checked.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace obs_test {
@@ -36,137 +40,89 @@ struct Json {
   double f64() const { return std::stod(text); }
 };
 
-class JsonParser {
+// Builds a Json from nlohmann's SAX events: the members in document order,
+// and a float's text exactly as written (the tests check the writers'
+// formatting, "0.000"); an integer's text is its value, which is exact.
+class JsonBuilder final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
-  Json parse() {
-    Json v = value();
-    ws();
-    if (i_ != s_.size()) fail("trailing characters");
-    return v;
+  Json take() { return std::move(root_); }
+
+  bool null() override { return put(Json{}); }
+  bool boolean(bool v) override {
+    Json j;
+    j.kind = Json::boolean;
+    j.b = v;
+    return put(std::move(j));
+  }
+  bool number_integer(number_integer_t v) override { return put(number(std::to_string(v))); }
+  bool number_unsigned(number_unsigned_t v) override { return put(number(std::to_string(v))); }
+  bool number_float(number_float_t, const string_t& text) override { return put(number(text)); }
+  bool string(string_t& v) override {
+    Json j;
+    j.kind = Json::string;
+    j.text = v;
+    return put(std::move(j));
+  }
+  bool binary(binary_t&) override { return false; }  // not JSON text
+  bool start_object(std::size_t) override { return open(Json::object); }
+  bool key(string_t& k) override {
+    key_ = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Json::array); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw std::runtime_error(std::string("invalid JSON: ") + e.what());
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what + " at " + std::to_string(i_)); }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
+  static Json number(std::string text) {
+    Json j;
+    j.kind = Json::number;
+    j.text = std::move(text);
+    return j;
   }
-  void expect(char c) {
-    ws();
-    if (i_ >= s_.size() || s_[i_] != c) fail(std::string("expected ") + c);
-    ++i_;
+  // Places a value in the open container (or as the root); returns where.
+  Json* place(Json v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Json& parent = *open_.back();
+    if (parent.kind == Json::array) {
+      parent.items.push_back(std::move(v));
+      return &parent.items.back();
+    }
+    parent.members.emplace_back(key_, std::move(v));
+    return &parent.members.back().second;
   }
-  bool literal(const char* word) {
-    std::string w = word;
-    if (s_.compare(i_, w.size(), w) != 0) return false;
-    i_ += w.size();
+  bool put(Json v) {
+    place(std::move(v));
     return true;
   }
-  Json value() {
-    ws();
-    if (i_ >= s_.size()) fail("unexpected end");
-    Json v;
-    char c = s_[i_];
-    if (c == '{') return object();
-    if (c == '[') return array();
-    if (c == '"') {
-      v.kind = Json::string;
-      v.text = str();
-    } else if (literal("true")) {
-      v.kind = Json::boolean;
-      v.b = true;
-    } else if (literal("false")) {
-      v.kind = Json::boolean;
-    } else if (literal("null")) {
-      v.kind = Json::null;
-    } else {
-      v.kind = Json::number;
-      std::size_t start = i_;
-      while (i_ < s_.size() && std::string("+-0123456789.eE").find(s_[i_]) != std::string::npos) ++i_;
-      if (start == i_) fail("bad value");
-      v.text = s_.substr(start, i_ - start);
-    }
-    return v;
+  bool open(Json::Kind kind) {
+    Json j;
+    j.kind = kind;
+    // Valid until it closes: its parent gets no other child meanwhile, so the
+    // vector holding it does not grow.
+    open_.push_back(place(std::move(j)));
+    return true;
   }
-  std::string str() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      char c = s_[i_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      char e = s_[i_++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'u': {
-          unsigned cp = std::stoul(s_.substr(i_, 4), nullptr, 16);
-          i_ += 4;
-          if (cp >= 0x80) fail("non-ASCII \\u escape not expected");
-          out += static_cast<char>(cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
+  bool close() {
+    open_.pop_back();
+    return true;
   }
-  Json array() {
-    expect('[');
-    Json v;
-    v.kind = Json::array;
-    ws();
-    if (s_[i_] == ']') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      v.items.push_back(value());
-      ws();
-      if (s_[i_] == ']') {
-        ++i_;
-        return v;
-      }
-      expect(',');
-    }
-  }
-  Json object() {
-    expect('{');
-    Json v;
-    v.kind = Json::object;
-    ws();
-    if (s_[i_] == '}') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      ws();
-      std::string k = str();
-      if (v.has(k)) fail("duplicate key " + k);
-      expect(':');
-      v.members.emplace_back(k, value());
-      ws();
-      if (s_[i_] == '}') {
-        ++i_;
-        return v;
-      }
-      expect(',');
-    }
-  }
-  const std::string& s_;
-  std::size_t i_ = 0;
+
+  Json root_;
+  std::vector<Json*> open_;
+  std::string key_;
 };
 
-inline Json parse_json(const std::string& s) { return JsonParser(s).parse(); }
+inline Json parse_json(const std::string& s) {
+  JsonBuilder builder;
+  if (!nlohmann::json::sax_parse(s, &builder)) throw std::runtime_error("invalid JSON");
+  return builder.take();
+}
 
 }  // namespace obs_test

@@ -23,7 +23,8 @@ Two uses, both through ctypes (include/cachalloc.h is the reference):
 
 Which library: the libcachalloc.so the process has already loaded
 (preloaded, or loaded by PyTorch); else ``CACHALLOC_LIBRARY``; else the one
-this module was installed with (meson install); else
+this package was installed with (``pip install .``: the one inside the
+package; meson install: the prefix's); else
 ``ctypes.util.find_library("cachalloc")``.
 
 Until cachalloc has served an allocation the statistics are empty (``{}``),
@@ -41,10 +42,12 @@ import os
 import threading
 
 __all__ = [
+    "__version__",
     "CachallocError",
     "library_path",
     "load",
     "is_loaded",
+    "library_version",
     "stats",
     "memory_summary",
     "empty_cache",
@@ -57,12 +60,21 @@ __all__ = [
     "get_per_process_memory_fraction",
     "pluggable_allocator",
     "use_with_torch",
+    "patch_torch",
+    "unpatch_torch",
     "mem_pool",
     "use_mem_pool",
 ]
 
-# Substituted by meson (python/meson.build): the library this copy belongs to.
+# Substituted by meson (python/cachalloc/meson.build): the library this copy
+# belongs to (a bare name: beside this file, as in the wheel), and meson's
+# project version (cachalloc --version and cachalloc_version() say the same).
 _CONFIGURED_LIBRARY = "@CACHALLOC_LIB@"
+if not _CONFIGURED_LIBRARY.startswith("@") and not os.path.isabs(_CONFIGURED_LIBRARY):
+    _CONFIGURED_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), _CONFIGURED_LIBRARY)
+__version__ = "@CACHALLOC_VERSION@"
+if __version__.startswith("@"):  # the unconfigured source file
+    __version__ = None
 
 SUCCESS = 0
 ERROR_INVALID_VALUE = 1
@@ -138,6 +150,7 @@ def library_path():
 def _declare(lib):
     c_int, c_size_t, c_void_p, c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
     protos = {
+        "cachalloc_version": (c_char_p, []),
         "cachalloc_empty_cache": (c_int, [c_int]),
         "cachalloc_stats_json": (c_int, [c_char_p, c_size_t]),
         "cachalloc_stats_json_size": (c_int, [ctypes.POINTER(c_size_t)]),
@@ -181,6 +194,13 @@ def load(path=None):
 def is_loaded():
     """Whether a libcachalloc.so is mapped in this process (nothing is loaded to find out)."""
     return _lib is not None or _loaded_library_path() is not None
+
+
+def library_version():
+    """The version the library says it is (cachalloc_version()); __version__
+    is this module's.  None for a library older than the function."""
+    fn = getattr(load(), "cachalloc_version", None)
+    return fn().decode() if fn is not None else None
 
 
 def _check(function, code, allow=()):
@@ -361,19 +381,42 @@ def pluggable_allocator(path=None, hooks=True):
         return _torch_allocators.setdefault(key, allocator)
 
 
-def use_with_torch(path=None, hooks=True):
+def use_with_torch(path=None, hooks=True, patch=True):
     """Makes cachalloc PyTorch's CUDA allocator (change_current_allocator).
 
     Call it before the first CUDA allocation of the process (PyTorch refuses
-    to swap an allocator in use).  Then torch.cuda.memory_stats() and
-    memory_summary() are not available (PyTorch's pluggable interface does not
-    forward them): use cachalloc.stats() and cachalloc.memory_summary().
+    to swap an allocator in use).  PyTorch's pluggable interface does not
+    forward torch.cuda.memory_stats() and the functions built on it, so
+    (patch=True) patch_torch() makes them answer with cachalloc's numbers.
     Returns the allocator."""
     import torch
 
     allocator = pluggable_allocator(path, hooks)
     torch.cuda.memory.change_current_allocator(allocator)
+    if patch:
+        patch_torch()
     return allocator
+
+
+def patch_torch():
+    """torch.cuda.memory_stats(), memory_allocated(), max_memory_allocated(),
+    memory_reserved(), max_memory_reserved(), reset_peak_memory_stats(),
+    reset_accumulated_memory_stats(), memory_summary(), memory_snapshot()
+    and torch.cuda.memory._snapshot() answer with cachalloc's statistics of
+    the device (cachalloc/torch_memory.py).  use_with_torch() calls it; call
+    it yourself under LD_PRELOAD with PyTorch's caching off
+    (PYTORCH_NO_CUDA_MEMORY_CACHING=1), where PyTorch's answer zeros.
+    Returns the names replaced."""
+    from cachalloc import torch_memory
+
+    return torch_memory.patch()
+
+
+def unpatch_torch():
+    """Gives PyTorch its own memory functions back."""
+    from cachalloc import torch_memory
+
+    torch_memory.unpatch()
 
 
 def mem_pool(path=None, **kwargs):
