@@ -38,6 +38,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host_backend.h"
@@ -80,6 +81,12 @@ struct HostStats {
   std::uint64_t num_over_limit_frees = 0; // frees handed to the driver by the limit
   std::uint64_t num_oom_retries = 0;      // driver allocations retried after emptying the cache
 };
+
+// The statistics as flat "name":value pairs, named as PyTorch's
+// torch.cuda.host_memory_stats() names them where it has the counter
+// ("allocated.current", "segment.peak", "host_alloc_time.total" in µs, ...),
+// then cachalloc's own (cached_bytes, num_cache_hits, num_fences, ...).
+std::vector<std::pair<std::string, std::int64_t>> flatten_host_stats(const HostStats& s);
 
 // What the cache knows about an address inside one of its blocks.
 struct HostBlockInfo {

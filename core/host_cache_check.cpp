@@ -22,6 +22,41 @@ void HostCache::reset_peak_stats() {
   stats_.max_host_alloc_time_ns = stats_.max_host_free_time_ns = 0;
 }
 
+std::vector<std::pair<std::string, std::int64_t>> flatten_host_stats(const HostStats& s) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  auto stat = [&](const char* name, const HostStat& v) {
+    const std::string n = name;
+    out.emplace_back(n + ".current", v.current);
+    out.emplace_back(n + ".peak", v.peak);
+    out.emplace_back(n + ".allocated", v.allocated);
+    out.emplace_back(n + ".freed", v.freed);
+  };
+  auto timing = [&](const char* name, std::uint64_t total_ns, std::uint64_t max_ns, std::uint64_t count) {
+    const std::string n = name;
+    const auto us = [](std::uint64_t ns) { return static_cast<std::int64_t>(ns / 1000); };
+    out.emplace_back(n + ".total", us(total_ns));
+    out.emplace_back(n + ".max", us(max_ns));
+    out.emplace_back(n + ".count", static_cast<std::int64_t>(count));
+    out.emplace_back(n + ".avg", count == 0 ? 0 : us(total_ns / count));
+  };
+  stat("allocated", s.allocations);
+  stat("allocated_bytes", s.allocated_bytes);
+  stat("segment", s.segments);
+  stat("reserved_bytes", s.reserved_bytes);
+  stat("requested_bytes", s.requested_bytes);
+  out.emplace_back("num_host_alloc", static_cast<std::int64_t>(s.num_host_alloc));
+  out.emplace_back("num_host_free", static_cast<std::int64_t>(s.num_host_free));
+  timing("host_alloc_time", s.host_alloc_time_ns, s.max_host_alloc_time_ns, s.num_host_alloc);
+  timing("host_free_time", s.host_free_time_ns, s.max_host_free_time_ns, s.num_host_free);
+  out.emplace_back("cached_bytes", s.cached_bytes);
+  out.emplace_back("waiting_bytes", s.waiting_bytes);
+  out.emplace_back("num_cache_hits", static_cast<std::int64_t>(s.num_cache_hits));
+  out.emplace_back("num_fences", static_cast<std::int64_t>(s.num_fences));
+  out.emplace_back("num_over_limit_frees", static_cast<std::int64_t>(s.num_over_limit_frees));
+  out.emplace_back("num_oom_retries", static_cast<std::int64_t>(s.num_oom_retries));
+  return out;
+}
+
 std::string HostCache::validate() const {
   std::lock_guard lock(mutex_);
   std::int64_t live = 0, live_bytes = 0, requested = 0, reserved = 0, cached = 0, waiting_bytes = 0;

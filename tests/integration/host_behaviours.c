@@ -99,6 +99,54 @@ static int host_reuse_nonblocking(void) {
   return r;
 }
 
+/* A portable block allocated in context c1 is copied from on a stream of
+ * context c2, still running when it is freed: the fence covers c2 too. */
+static int host_reuse_other_context(void) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext c1, c2;
+  CUstream s2;
+  CUdeviceptr d = 0;
+  void *p = NULL, *q = NULL, *r = NULL;
+  CHECK(create != NULL);
+  CHECK_CU(create(&c2, 0, 0));
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc(&d, MiB)); /* c2 is known to the shim */
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(A->host_alloc(&p, MiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK_CU(A->ctx_set_current(c2));
+  A->fake_hold(s2, 1);
+  CHECK_CU(A->memcpy_htod_async(d, p, MiB, s2));
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->free_host(p));
+  CHECK_CU(A->host_alloc(&q, MiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(q != p);
+  A->fake_hold(s2, 0);
+  CHECK_CU(A->host_alloc(&r, MiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(r == p);
+  CHECK(stats().dead_context_calls == 0);
+  return 0;
+}
+
+/* During a global-mode capture no fence is recorded (an event on the
+ * legacy stream would break it): a freed block waits, and the capture
+ * stays valid. */
+static int host_during_capture(void) {
+  CUstream s;
+  CUgraph g;
+  void *p = NULL, *q = NULL, *r = NULL;
+  CHECK_CU(A->stream_create(&s, 0));
+  CHECK_CU(A->host_alloc(&p, 64 * KiB, 0));
+  CHECK_CU(A->begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK_CU(A->free_host(p));
+  CHECK_CU(A->host_alloc(&q, 64 * KiB, 0));
+  CHECK(q != p);
+  CHECK_CU(A->end_capture(s, &g));
+  CHECK(stats().capture_invalidations == 0);
+  CHECK_CU(A->host_alloc(&r, 64 * KiB, 0));
+  CHECK(r == p);
+  return 0;
+}
+
 /* What the driver says about a block: an allocation of the requested size
  * with the flags asked, its own device alias; nothing once freed. */
 static int host_attributes(void) {
@@ -215,6 +263,8 @@ static const struct {
   {"host_flags", host_flags},
   {"host_reuse_legacy", host_reuse_legacy},
   {"host_reuse_nonblocking", host_reuse_nonblocking},
+  {"host_reuse_other_context", host_reuse_other_context},
+  {"host_during_capture", host_during_capture},
   {"host_attributes", host_attributes},
   {"host_foreign", host_foreign},
   {"host_double_free", host_double_free},
