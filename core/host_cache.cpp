@@ -263,6 +263,37 @@ void HostCache::empty_cache() {
   release_all(release);
 }
 
+void HostCache::forget_owner(std::uintptr_t owner) {
+  std::lock_guard lock(mutex_);
+  auto owned = [owner](const Block* b) { return b->owner == owner; };
+  std::erase_if(waiting_, owned);
+  for (FenceBatch& f : fences_) std::erase_if(f.blocks, owned);
+  for (auto& [key, pool] : pools_)
+    for (auto& list : pool.free) std::erase_if(list, owned);
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    Block* b = it->second;
+    if (!owned(b)) {
+      ++it;
+      continue;
+    }
+    const auto bytes = static_cast<std::int64_t>(b->size);
+    if (b->state == State::live) {
+      stats_.allocations.decrease(1);
+      stats_.allocated_bytes.decrease(bytes);
+      stats_.requested_bytes.decrease(static_cast<std::int64_t>(b->requested));
+    } else {
+      stats_.cached_bytes -= bytes;
+    }
+    if (b->state == State::waiting) --b->pool->waiting[b->klass];
+    if (b->state == State::waiting || b->state == State::fenced) stats_.waiting_bytes -= bytes;
+    stats_.segments.decrease(1);
+    stats_.reserved_bytes.decrease(bytes);
+    ++stats_.num_forgotten;
+    delete b;
+    it = blocks_.erase(it);
+  }
+}
+
 bool HostCache::lookup(const void* ptr, HostBlockInfo* info) const {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard lock(mutex_);

@@ -11,9 +11,10 @@
 // Pools: a block is reused only for a request with exactly the same flags
 // (portable / device-mapped / write-combined), and — for a block without
 // the portable flag, which CUDA pins for the allocating context only — the
-// same owner (the shim passes the current context).  Portable blocks are
-// shared by every context.  The cache itself is process-wide, as host
-// memory is.
+// same owner (the shim passes the current context's state).  Portable
+// blocks are shared by every context.  The cache itself is process-wide, as
+// host memory is; every block remembers its owner, whose death
+// (forget_owner) takes its blocks along.
 //
 // Safe reuse: a freed block may still be read or written by an
 // asynchronous copy enqueued on any stream.  It waits (`waiting`) until a
@@ -80,6 +81,7 @@ struct HostStats {
   std::uint64_t num_fences = 0;           // fences recorded
   std::uint64_t num_over_limit_frees = 0; // frees handed to the driver by the limit
   std::uint64_t num_oom_retries = 0;      // driver allocations retried after emptying the cache
+  std::uint64_t num_forgotten = 0;        // blocks dropped with their owner's context
 };
 
 // The statistics as flat "name":value pairs, named as PyTorch's
@@ -126,6 +128,10 @@ class HostCache {
   void reclaim();
   // Waits for every fence and releases every free block to the driver.
   void empty_cache();
+  // The owner died (its context was destroyed, and the driver freed the
+  // memory allocated in it): its blocks, live or cached, leave the cache
+  // without a driver call.  A later free of a live one goes to the driver.
+  void forget_owner(std::uintptr_t owner);
 
   HostStats stats() const;
   void reset_peak_stats();

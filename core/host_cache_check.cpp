@@ -54,6 +54,7 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_host_stats(const HostS
   out.emplace_back("num_fences", static_cast<std::int64_t>(s.num_fences));
   out.emplace_back("num_over_limit_frees", static_cast<std::int64_t>(s.num_over_limit_frees));
   out.emplace_back("num_oom_retries", static_cast<std::int64_t>(s.num_oom_retries));
+  out.emplace_back("num_forgotten", static_cast<std::int64_t>(s.num_forgotten));
   return out;
 }
 

@@ -51,13 +51,18 @@ bool host_block_of(const void* p, HostBlockInfo* info) {
   return c != nullptr && c->lookup(p, info);
 }
 
-// The current context keys non-portable blocks, and becomes known to the
+void host_context_retired(ContextState* ctx) {
+  if (HostCache* c = host_cache_if_any()) c->forget_owner(reinterpret_cast<std::uintptr_t>(ctx));
+}
+
+// The current context's state (unique for the context's lifetime) keys
+// non-portable blocks, owns every block it allocated, and becomes known to the
 // registry so that later fences cover its streams.
 Status host_cache_alloc(void** pp, std::size_t size, unsigned flags) {
   if (pp == nullptr || !may_serve(size, flags)) return kNotOwned;
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return kNotOwned;
-  return cache()->allocate(size, flags, reinterpret_cast<std::uintptr_t>(ctx->context()), pp);
+  return cache()->allocate(size, flags, reinterpret_cast<std::uintptr_t>(ctx), pp);
 }
 
 // While exiting a free of a cached block is a no-op (no driver call from

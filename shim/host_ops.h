@@ -5,8 +5,10 @@
 // cudaHostAlloc / cudaMallocHost, when the process is served, the key
 // pinned_max_cached_mb is not 0, a context is current, the size is not 0
 // and the flags are the driver's three; anything else goes to the driver
-// unchanged.  Blocks without the portable flag are keyed by the context
-// current at allocation (host_cache.h).
+// unchanged.  Every block is owned by the context current at allocation
+// (its ContextState); blocks without the portable flag serve only that
+// context, and all of a context's blocks leave the cache when it is
+// destroyed (host_cache.h).
 //
 // Fidelity: a cached block is the driver's own allocation of the class
 // size, so cuMemHostGetFlags and cuMemHostGetDevicePointer go to the driver
@@ -47,6 +49,12 @@ bool host_block_of(const void* p, HostBlockInfo* info);
 inline unsigned long long host_buffer_id(std::uint64_t serial) {
   return (1ULL << 62) | (((1ULL << 18) - 1) << 44) | (serial & ((1ULL << 44) - 1));
 }
+
+class ContextState;
+// `ctx` was destroyed: the driver freed the pinned memory allocated in it,
+// so its blocks leave the cache (HostCache::forget_owner).  Called without
+// the registry's lock held (a fence takes the cache's lock, then that one).
+void host_context_retired(ContextState* ctx);
 
 // The cache, or nullptr when it was never created (for reports and the
 // control API).

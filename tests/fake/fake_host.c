@@ -6,7 +6,8 @@
  * block of its own.  Like the real driver (measured on an H100),
  * cuMemFreeHost waits for the device: it completes all work enqueued so
  * far, counted in host_free_syncs, which lets a test see whether the shim's
- * free path reached it.  Choices where the real driver's answer is not
+ * free path reached it.  A destroyed context takes its pinned memory and
+ * registrations along (assumed, not measured on a real driver).  Choices where the real driver's answer is not
  * known: size 0 and unknown flag bits are CUDA_ERROR_INVALID_VALUE;
  * cuMemHostGetFlags answers the flags as given (a real driver with unified
  * addressing adds portable | device-mapped); cuMemHostGetDevicePointer
@@ -29,6 +30,23 @@ struct host_block* fake_find_host(uintptr_t p) {
   for (struct host_block* b = fake.host_blocks; b; b = b->next)
     if (p >= (uintptr_t)b->ptr && p < (uintptr_t)b->ptr + b->size) return b;
   return NULL;
+}
+
+void fake_drop_host_of(struct CUctx_st* c) {
+  for (struct host_block** link = &fake.host_blocks; *link;) {
+    struct host_block* b = *link;
+    if (b->ctx != c) {
+      link = &b->next;
+      continue;
+    }
+    *link = b->next;
+    if (!b->registered) {
+      fake.stats.live_host_allocs--;
+      fake.stats.host_dropped_with_context++;
+      free(b->ptr);
+    }
+    free(b);
+  }
 }
 
 static CUresult host_alloc(void** pp, size_t size, unsigned flags) {

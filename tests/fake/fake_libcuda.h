@@ -75,6 +75,7 @@ struct fake_cuda_stats_t {
   unsigned long host_get_device_pointer; /* cuMemHostGetDevicePointer_v2 calls */
   unsigned long live_host_allocs;   /* cuMemHostAlloc'ed, not freed */
   unsigned long host_register, host_unregister;
+  unsigned long host_dropped_with_context; /* pinned allocations freed by their context's destruction */
 };
 
 /* Copies the counters. */

@@ -241,6 +241,9 @@ FAKE_INTERNAL void fake_drop_imports_of(struct CUctx_st* c);
 
 /* The host block or registered range holding p, or NULL (lock held). */
 FAKE_INTERNAL struct host_block* fake_find_host(uintptr_t p);
+/* The context died: its pinned memory is freed, its registrations end
+ * (lock held). */
+FAKE_INTERNAL void fake_drop_host_of(struct CUctx_st* c);
 
 /* ---------------- fake_vm.c ---------------- */
 

@@ -147,6 +147,36 @@ static int host_during_capture(void) {
   return 0;
 }
 
+/* A destroyed context takes its pinned memory along: its cached blocks are
+ * never handed out again, and a free of one it still held is the driver's
+ * business. */
+static int host_context_destroyed(void) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext c1;
+  void *live = NULL, *cached = NULL, *portable = NULL, *p = NULL, *q = NULL;
+  CHECK(create != NULL);
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(A->host_alloc(&live, 64 * KiB, 0));
+  CHECK_CU(A->host_alloc(&cached, 64 * KiB, 0));
+  CHECK_CU(A->host_alloc(&portable, 64 * KiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK_CU(A->free_host(cached));
+  CHECK_CU(A->free_host(portable));
+  CHECK_CU(A->ctx_destroy(c1));
+  CHECK(stats().host_dropped_with_context == 3);
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  CHECK_CU(A->host_alloc(&p, 64 * KiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK_CU(A->host_alloc(&q, 64 * KiB, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(stats().host_alloc == 5);
+  memset(p, 1, 64 * KiB);
+  memset(q, 2, 64 * KiB);
+  const unsigned long invalid = stats().host_free_invalid;
+  CHECK(A->free_host(live) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(stats().host_free_invalid == invalid + 1);
+  CHECK_CU(A->free_host(p));
+  CHECK_CU(A->free_host(q));
+  return 0;
+}
+
 /* What the driver says about a block: an allocation of the requested size
  * with the flags asked, its own device alias; nothing once freed. */
 static int host_attributes(void) {
@@ -265,6 +295,7 @@ static const struct {
   {"host_reuse_nonblocking", host_reuse_nonblocking},
   {"host_reuse_other_context", host_reuse_other_context},
   {"host_during_capture", host_during_capture},
+  {"host_context_destroyed", host_context_destroyed},
   {"host_attributes", host_attributes},
   {"host_foreign", host_foreign},
   {"host_double_free", host_double_free},

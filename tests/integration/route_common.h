@@ -52,6 +52,7 @@ struct cuda_api {
   PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
   PFN_cuMemGetAddressRange_v3020 get_address_range;
   PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
+  PFN_cuCtxDestroy_v4000 ctx_destroy;
   /* Test controls of the fake driver (never hooked: no "cu" prefix). */
   void (*fake_stats)(struct fake_cuda_stats_t*);
   void (*fake_hold)(CUstream, int);

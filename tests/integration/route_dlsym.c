@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     .pointer_get_attribute = get("cuPointerGetAttribute"),
     .get_address_range = get("cuMemGetAddressRange_v2"),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync_v2"),
+    .ctx_destroy = get("cuCtxDestroy_v2"),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))get("fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))get("fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))get("fake_cuda_on_begin_capture"),

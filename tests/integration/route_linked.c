@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     .pointer_get_attribute = cuPointerGetAttribute,
     .get_address_range = cuMemGetAddressRange_v2,
     .memcpy_htod_async = cuMemcpyHtoDAsync_v2,
+    .ctx_destroy = cuCtxDestroy_v2,
     .fake_stats = fake_cuda_stats,
     .fake_hold = fake_cuda_hold_stream,
     .fake_on_begin = fake_cuda_on_begin_capture,

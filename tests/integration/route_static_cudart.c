@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     .pointer_get_attribute = get("cuPointerGetAttribute", 12000, 0),
     .get_address_range = get("cuMemGetAddressRange", 12000, 0),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync", 12000, 0),
+    .ctx_destroy = get("cuCtxDestroy", 12000, 0),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))dlsym(h, "fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))dlsym(h, "fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))dlsym(h, "fake_cuda_on_begin_capture"),

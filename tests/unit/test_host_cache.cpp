@@ -276,6 +276,39 @@ TEST_CASE("out of memory: the cache is emptied and the request retried", "[host]
   check_valid(c);
 }
 
+TEST_CASE("an owner's death takes its blocks, live and cached, without a driver call", "[host]") {
+  FakeHost h;
+  HostCache c(&h, 1 << 30);
+  void* live = alloc(c, 4096, 0, 7);
+  void* waiting = alloc(c, 8192, kHostAllocPortable, 7);
+  void* fenced = alloc(c, 16384, 0, 7);
+  void* idle = alloc(c, 32768, 0, 7);
+  void* other = alloc(c, 4096, 0, 8);
+  REQUIRE(c.free(idle) == kSuccess);
+  c.reclaim();  // idle: free
+  REQUIRE(c.free(fenced) == kSuccess);
+  h.begin_copy(fenced);
+  c.reclaim();  // fenced: behind a fence that cannot complete
+  REQUIRE(c.free(waiting) == kSuccess);
+  check_valid(c);
+  c.forget_owner(7);
+  check_valid(c);
+  CHECK(h.frees == 0);
+  for (void* p : {live, waiting, fenced, idle}) CHECK_FALSE(c.owns(p));
+  CHECK(c.owns(other));
+  CHECK(c.free(live) == kNotOwned);  // the driver answers for it now
+  const HostStats s = c.stats();
+  CHECK(s.num_forgotten == 4);
+  CHECK(s.segments.current == 1);
+  CHECK(s.allocations.current == 1);
+  CHECK(s.cached_bytes == 0);
+  CHECK(s.waiting_bytes == 0);
+  h.finish_copies();
+  void* p = alloc(c, 8192, kHostAllocPortable, 8);  // no forgotten block comes back
+  CHECK(p != waiting);
+  check_valid(c);
+}
+
 TEST_CASE("statistics follow PyTorch's host_memory_stats", "[host]") {
   FakeHost h;
   HostCache c(&h, 1 << 30);
