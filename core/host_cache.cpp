@@ -160,12 +160,26 @@ Status HostCache::free(void* ptr) {
 
 // Makes room for `bytes` more cached bytes under the limit, releasing free
 // blocks (largest classes first; completed fences are collected first).
+// Never waits for the device.
 // False when even releasing every free block would not be enough.
 bool HostCache::trim_for(std::size_t bytes, std::vector<void*>* release) {
   auto fits = [&] { return static_cast<std::size_t>(stats_.cached_bytes) + bytes <= max_cached_; };
   if (fits()) return true;
   if (bytes > max_cached_) return false;
   if (!fences_.empty()) poll_fences();
+  release_free_until(fits, release);
+  // Still over: the blocks waiting for no fence yet (their pools missed
+  // nothing since) get one now — an event record, not a wait — and those
+  // already safe are released instead of the block being freed.
+  if (!fits() && issue_fence()) {
+    poll_fences();
+    release_free_until(fits, release);
+  }
+  return fits();
+}
+
+template <typename Fits>
+void HostCache::release_free_until(Fits&& fits, std::vector<void*>* release) {
   for (int k = kClasses - 1; k >= 0 && !fits(); --k)
     for (auto& [key, pool] : pools_)
       while (!fits() && !pool.free[k].empty()) {
@@ -173,7 +187,6 @@ bool HostCache::trim_for(std::size_t bytes, std::vector<void*>* release) {
         pool.free[k].pop_back();
         take_out_for_release(b, release);
       }
-  return fits();
 }
 
 // A cached free block (already off its free list) leaves the cache; the

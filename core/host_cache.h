@@ -25,8 +25,9 @@
 //
 // Limit: the bytes cached (free, waiting or fenced) stay at most
 // max_cached_bytes.  A free that would pass it first releases idle free
-// blocks; if that is not enough, the block goes back to the driver at
-// once (cuMemFreeHost then waits for the copies, as without the cache).
+// blocks (recording a fence for waiting ones, which may make some idle);
+// if that is not enough, the block goes back to the driver at once
+// (cuMemFreeHost then waits for the copies, as without the cache).
 // A limit of 0 caches nothing.
 //
 // Thread safety: one mutex; driver allocations and releases happen outside
@@ -176,6 +177,8 @@ class HostCache {
   void mark_free(Block* b);
   void take_out_for_release(Block* b, std::vector<void*>* release);
   bool trim_for(std::size_t bytes, std::vector<void*>* release);
+  template <typename Fits>
+  void release_free_until(Fits&& fits, std::vector<void*>* release);
   void release_all(const std::vector<void*>& ptrs);
   Status driver_alloc(std::size_t size, unsigned flags, void** out);
   void note_served(Block* b, std::size_t requested);

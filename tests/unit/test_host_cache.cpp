@@ -227,18 +227,34 @@ TEST_CASE("the limit: idle blocks released first, then the freed block itself", 
   HostCache c(&h, 3 * 4096);
   std::vector<void*> ps;
   for (int i = 0; i < 4; ++i) ps.push_back(alloc(c, 4096));
+  for (int i = 0; i < 3; ++i) h.begin_copy(ps[i]);
   for (int i = 0; i < 3; ++i) REQUIRE(c.free(ps[i]) == kSuccess);
   CHECK(c.stats().cached_bytes == 3 * 4096);
   CHECK(h.frees == 0);
-  // A fourth cached block would pass the limit; the three wait for a fence
-  // that has not been recorded, so none is idle: the block goes back.
+  CHECK(h.fences_recorded == 0);
+  // A fourth cached block would pass the limit; the three still have
+  // copies in flight (the fence recorded now is not complete), so none is
+  // idle: the block goes back.
   REQUIRE(c.free(ps[3]) == kSuccess);
+  CHECK(h.fences_recorded == 1);
   CHECK(h.frees == 1);
   CHECK_FALSE(h.live.contains(ps[3]));
   CHECK(c.stats().num_over_limit_frees == 1);
   check_valid(c);
 
+  SECTION("waiting blocks whose copies completed are released instead") {
+    h.finish_copies();
+    void* p = alloc(c, 4096);  // served by one of the three
+    void* q = alloc(c, 8192);
+    REQUIRE(c.free(p) == kSuccess);  // back among the waiting: 3 pages cached
+    REQUIRE(c.free(q) == kSuccess);  // a fence at the free makes two idle, released
+    CHECK(h.live.contains(q));
+    CHECK(c.stats().cached_bytes == 3 * 4096);
+    CHECK(c.stats().num_over_limit_frees == 1);
+    check_valid(c);
+  }
   SECTION("idle blocks go before a new one is refused") {
+    h.finish_copies();
     c.reclaim();  // the three become free
     void* big = alloc(c, 8192);
     REQUIRE(c.free(big) == kSuccess);  // needs two pages released
@@ -255,6 +271,21 @@ TEST_CASE("the limit: idle blocks released first, then the freed block itself", 
     CHECK(h.frees == before + 1);
     check_valid(off);
   }
+}
+
+TEST_CASE("the limit: waiting blocks get a fence at the free before the freed block is refused", "[host]") {
+  FakeHost h;
+  HostCache c(&h, 3 * 4096);
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(alloc(c, 4096));
+  for (int i = 0; i < 3; ++i) REQUIRE(c.free(ps[i]) == kSuccess);  // waiting, no fence yet
+  REQUIRE(c.free(ps[3]) == kSuccess);  // no copy runs: the fence completes at once
+  CHECK(h.fences_recorded == 1);
+  CHECK(h.frees == 1);
+  CHECK(h.live.contains(ps[3]));  // cached; one of the first three went back instead
+  CHECK(c.stats().num_over_limit_frees == 0);
+  CHECK(c.stats().cached_bytes == 3 * 4096);
+  check_valid(c);
 }
 
 TEST_CASE("out of memory: the cache is emptied and the request retried", "[host]") {
