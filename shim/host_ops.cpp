@@ -30,7 +30,8 @@ HostCache* cache() {
 bool may_serve(std::size_t size, unsigned flags) {
   if (!serving(current_mode()) || config().pinned_max_cached == 0) return false;
   const RealDriver* d = real_driver();
-  return size != 0 && (flags & ~kHostAllocFlagMask) == 0 && d->cuMemHostAlloc != nullptr && d->cuMemFreeHost != nullptr;
+  return size != 0 && HostCache::class_size(size) != 0 && (flags & ~kHostAllocFlagMask) == 0 &&
+         d->cuMemHostAlloc != nullptr && d->cuMemFreeHost != nullptr;
 }
 
 // A cached block, but not live memory of the program at `p`: freed, or
@@ -62,7 +63,11 @@ Status host_cache_alloc(void** pp, std::size_t size, unsigned flags) {
   if (pp == nullptr || !may_serve(size, flags)) return kNotOwned;
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return kNotOwned;
-  return cache()->allocate(size, flags, reinterpret_cast<std::uintptr_t>(ctx), pp);
+  const Status s = cache()->allocate(size, flags, reinterpret_cast<std::uintptr_t>(ctx), pp);
+  // Out of memory for the whole size class even with the cache emptied: the
+  // driver may still have the exact size (a 40 GiB request is 64 GiB to
+  // the cache).  It answers, uncached, as it would without cachalloc.
+  return s == kOutOfMemory ? kNotOwned : s;
 }
 
 // While exiting a free of a cached block is a no-op (no driver call from

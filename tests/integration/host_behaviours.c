@@ -18,6 +18,11 @@
  * none either (and never waits for the device). */
 static int host_served(void) {
   void *p = NULL, *q = NULL, *r = NULL;
+  CHECK((void*)A->host_alloc != A->fake_raw("cuMemHostAlloc")); /* the route reached the shim */
+  CHECK((void*)A->alloc_host != A->fake_raw("cuMemAllocHost_v2"));
+  CHECK((void*)A->free_host != A->fake_raw("cuMemFreeHost"));
+  CHECK((void*)A->host_get_flags != A->fake_raw("cuMemHostGetFlags"));
+  CHECK((void*)A->host_get_device_pointer != A->fake_raw("cuMemHostGetDevicePointer_v2"));
   const struct fake_cuda_stats_t before = stats();
   CHECK_CU(A->host_alloc(&p, 5000, 0));
   CHECK(stats().host_alloc == before.host_alloc + 1);
@@ -274,6 +279,28 @@ static int host_double_free(void) {
   return 0;
 }
 
+/* The driver refuses the class size even with the cache emptied: the
+ * request goes to it with its exact size, uncached, and the driver answers. */
+static int host_oom_exact_size(void) {
+  void *cached = NULL, *p = NULL;
+  CHECK_CU(A->host_alloc(&cached, 4 * KiB, 0));
+  CHECK_CU(A->free_host(cached)); /* waiting: emptying the cache releases it */
+  A->fake_fail("cuMemHostAlloc", 0, 2, CUDA_ERROR_OUT_OF_MEMORY); /* the class size, then its retry */
+  CHECK_CU(A->host_alloc(&p, 5 * MiB, 0));
+  CHECK(stats().failures_injected == 2);
+  CHECK(stats().host_free == 1); /* the cached block went back before the retry */
+  size_t size = 0;
+  CUdeviceptr base = 0;
+  CHECK_CU(A->get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)p));
+  CHECK(size == 5 * MiB); /* the driver's allocation of the exact size */
+  CHECK_CU(A->free_host(p));
+  CHECK(stats().host_free == 2); /* not a cached block: the driver freed it */
+  A->fake_fail("cuMemHostAlloc", 0, -1, CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK(A->host_alloc(&p, 4 * KiB, 0) == CUDA_ERROR_OUT_OF_MEMORY); /* the driver's own answer */
+  A->fake_fail("cuMemHostAlloc", 0, 0, CUDA_SUCCESS);
+  return 0;
+}
+
 /* pinned_max_cached_mb:0: every call is the driver's. */
 static int host_off(void) {
   void *p = NULL, *q = NULL;
@@ -299,6 +326,7 @@ static const struct {
   {"host_attributes", host_attributes},
   {"host_foreign", host_foreign},
   {"host_double_free", host_double_free},
+  {"host_oom_exact_size", host_oom_exact_size},
   {"host_off", host_off},
 };
 

@@ -58,6 +58,7 @@ struct cuda_api {
   void (*fake_hold)(CUstream, int);
   void* (*fake_raw)(const char*);
   void (*fake_on_begin)(void (*)(void*), void*);
+  void (*fake_fail)(const char*, int, int, CUresult);
 };
 
 /* What every behaviour shares (route_behaviours.c): the route's name for

@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     .fake_hold = (void (*)(CUstream, int))dlsym(h, "fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))dlsym(h, "fake_cuda_on_begin_capture"),
     .fake_raw = (void* (*)(const char*))dlsym(h, "fake_cuda_lookup_raw"),
+    .fake_fail = (void (*)(const char*, int, int, CUresult))dlsym(h, "fake_cuda_fail"),
   };
   return run_behaviour("static-cudart", argv[1], &api);
 }
