@@ -35,10 +35,11 @@ bool may_serve(std::size_t size, unsigned flags) {
 }
 
 // A cached block, but not live memory of the program at `p`: freed, or
-// past the requested size.
+// past the requested size.  (Not serving — a forked child, exiting — the
+// driver answers for everything.)
 bool cached_not_live(const void* p) {
   HostBlockInfo info;
-  if (!host_block_of(p, &info)) return false;
+  if (!serving(current_mode()) || !host_block_of(p, &info)) return false;
   const auto offset = static_cast<std::size_t>(static_cast<const char*>(p) - static_cast<const char*>(info.base));
   return !info.live || offset >= info.requested;
 }
