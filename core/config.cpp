@@ -142,6 +142,13 @@ bool set_roundup_power2_divisions(std::string_view v, Config& c) {
   return true;
 }
 
+bool set_pinned_max_cached(std::string_view v, Config& c) {
+  if (lower(v) == "unlimited") return (c.pinned_max_cached = kUnlimited), true;
+  const auto bytes = parse_mib(v, 0);
+  if (bytes) c.pinned_max_cached = *bytes;
+  return bytes.has_value();
+}
+
 bool set_gc_threshold(std::string_view v, Config& c) {
   const auto x = parse_real(v);
   if (!x || !(*x > 0.0 && *x < 1.0)) return false;
@@ -231,6 +238,7 @@ constexpr KeyHandler kHandlers[] = {
     {"expandable_segments", set_expandable_segments, false, "true or false"},
     {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
+    {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
     {"snapshot_signal", set_snapshot_signal, false, "USR1, USR2 or a signal number 1..64"},
@@ -413,6 +421,8 @@ std::string Config::to_string() const {
   append(out, "expandable_segments_handle_type",
          kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
+  append(out, "pinned_max_cached_mb",
+         pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   // Unset paths and signal have no text that parses either; leaving them
   // out keeps the default, which is what they are.
   if (!stats.empty()) append(out, "stats", stats);

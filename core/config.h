@@ -40,6 +40,10 @@ struct Config {
   HandleType expandable_segments_handle_type = HandleType::automatic;
   // --- interposer ---
   FreeSync free_sync = FreeSync::automatic;
+  // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
+  // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
+  // (cuMemHostAlloc and friends go to the driver unchanged).
+  std::size_t pinned_max_cached = std::size_t{4096} << 20;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "context_registry.h"
+#include "host_ops.h"
 #include "log.h"
 #include "process_state.h"
 
@@ -41,6 +42,39 @@ void describe_block(CUpointer_attribute attribute, void* data, const ContextStat
   }
 }
 
+// Pinned host blocks (host_ops.h): `p` in a block of the host cache.
+// live: the program's allocation holds `p` (inside its requested bytes).
+struct HostAnswer {
+  bool ours = false;
+  bool live = false;
+  HostBlockInfo info;
+};
+
+HostAnswer host_answer(CUdeviceptr p) {
+  HostAnswer a;
+  if (!serving(current_mode())) return a;
+  a.ours = host_block_of(reinterpret_cast<const void*>(p), &a.info);
+  a.live = a.ours && a.info.live && p - reinterpret_cast<CUdeviceptr>(a.info.base) < a.info.requested;
+  return a;
+}
+
+void describe_host_block(CUpointer_attribute attribute, void* data, const HostBlockInfo& info) {
+  if (data == nullptr) return;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(info.base);
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = info.requested;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = host_buffer_id(info.serial);
+      break;
+    default:
+      break;
+  }
+}
+
 // An address the driver certainly does not know (host memory no program
 // registers): asking about it yields the driver's defaults for freed memory.
 char g_unknown_to_the_driver;
@@ -48,6 +82,12 @@ char g_unknown_to_the_driver;
 }  // namespace
 
 CUresult do_mem_get_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  if (const HostAnswer h = host_answer(ptr); h.ours) {
+    if (!h.live) return CUDA_ERROR_NOT_FOUND;
+    if (base != nullptr) *base = reinterpret_cast<CUdeviceptr>(h.info.base);
+    if (size != nullptr) *size = h.info.requested;
+    return CUDA_SUCCESS;
+  }
   AddressInfo info;
   if (owner_of(ptr, &info) == nullptr) return driver()->cuMemGetAddressRange_v2(base, size, ptr);
   if (!info.live) return CUDA_ERROR_NOT_FOUND;
@@ -57,6 +97,12 @@ CUresult do_mem_get_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr p
 }
 
 CUresult do_pointer_get_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (const HostAnswer h = host_answer(ptr); h.ours) {
+    if (!h.live) return CUDA_ERROR_INVALID_VALUE;
+    const CUresult r = driver()->cuPointerGetAttribute(data, attribute, ptr);
+    if (r == CUDA_SUCCESS) describe_host_block(attribute, data, h.info);
+    return r;
+  }
   AddressInfo info;
   ContextState* owner = owner_of(ptr, &info);
   if (owner == nullptr) return driver()->cuPointerGetAttribute(data, attribute, ptr);
@@ -69,9 +115,16 @@ CUresult do_pointer_get_attribute(void* data, CUpointer_attribute attribute, CUd
 CUresult do_pointer_get_attributes(unsigned int count, CUpointer_attribute* attributes, void** data,
                                    CUdeviceptr ptr) {
   AddressInfo info;
-  ContextState* owner = owner_of(ptr, &info);
-  if (owner == nullptr) return driver()->cuPointerGetAttributes(count, attributes, data, ptr);
-  if (!info.live) {
+  const HostAnswer h = host_answer(ptr);
+  ContextState* owner = h.ours ? nullptr : owner_of(ptr, &info);
+  if (h.live) {
+    const CUresult r = driver()->cuPointerGetAttributes(count, attributes, data, ptr);
+    if (r == CUDA_SUCCESS)
+      for (unsigned i = 0; i < count; ++i) describe_host_block(attributes[i], data[i], h.info);
+    return r;
+  }
+  if (owner == nullptr && !h.ours) return driver()->cuPointerGetAttributes(count, attributes, data, ptr);
+  if (h.ours || !info.live) {
     // The driver's defaults for an unknown address, as it writes them (value
     // widths included); only HOST_POINTER echoes the queried address back.
     const auto unknown = reinterpret_cast<CUdeviceptr>(&g_unknown_to_the_driver);
@@ -93,6 +146,7 @@ CUresult do_pointer_get_attributes(unsigned int count, CUpointer_attribute* attr
 CUresult do_pointer_set_attribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
   AddressInfo info;
   if (owner_of(ptr, &info) != nullptr && !info.live) return CUDA_ERROR_INVALID_VALUE;
+  if (const HostAnswer h = host_answer(ptr); h.ours && !h.live) return CUDA_ERROR_INVALID_VALUE;
   return driver()->cuPointerSetAttribute(value, attribute, ptr);
 }
 

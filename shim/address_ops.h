@@ -22,6 +22,10 @@
 //   or past the     -> CUDA_ERROR_INVALID_VALUE, the address range ->
 //   requested size  CUDA_ERROR_NOT_FOUND, cuPointerGetAttributes -> the
 //                   driver's own defaults for an address it does not know.
+//   pinned host     the same rules for blocks of the host cache (host_ops.h):
+//   blocks          RANGE_*, the address range and BUFFER_ID describe the
+//                   block as an allocation of the requested size; freed
+//                   (cached) blocks and bytes past the request are unknown.
 #pragma once
 
 #include "cuda_api.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "capture_tracking.h"
+#include "host_ops.h"
 #include "log.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
@@ -169,7 +170,21 @@ ContextState* find_owner(DevicePtr ptr, AddressInfo* info) {
   return nullptr;
 }
 
+namespace {
+ContextState* forget_context_locked(CUcontext ctx, bool report_async);
+}  // namespace
+
+// The pinned host blocks of the context go after the registry's lock is
+// released: a host fence holds the host cache's lock and then asks for
+// every context (host_ops.h).
 ContextState* forget_context(CUcontext ctx, bool report_async) {
+  ContextState* s = forget_context_locked(ctx, report_async);
+  if (s != nullptr) host_context_retired(s);
+  return s;
+}
+
+namespace {
+ContextState* forget_context_locked(CUcontext ctx, bool report_async) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   ContextState* s = live_state_locked(r, ctx);
@@ -188,6 +203,7 @@ ContextState* forget_context(CUcontext ctx, bool report_async) {
   std::erase_if(r.grants, [&](const PeerGrant& g) { return g.accessor == ctx || g.peer == ctx; });
   return s;
 }
+}  // namespace
 
 void peer_access_enabled(CUcontext accessor, int accessor_device, CUcontext peer) {
   Registry& r = registry();

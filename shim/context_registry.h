@@ -65,6 +65,8 @@ class ContextState {
   // True once two streams were seen that the driver does not order with
   // each other (stream_order.h); read on every free.
   bool multi_stream() const { return order_.multi_stream(); }
+  // The live non-blocking streams (the host cache's fences cover them too).
+  const StreamSet& nonblocking_streams() const { return order_.nonblocking(); }
   // How many non-blocking streams are (as far as the hooks know) alive.
   std::size_t nonblocking_streams_live() const { return order_.nonblocking().size(); }
 

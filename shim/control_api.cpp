@@ -27,6 +27,7 @@
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "exit_hooks.h"
+#include "host_ops.h"
 #include "obs/atomic_file.h"
 #include "obs/dump_json.h"
 #include "obs/path_template.h"
@@ -154,6 +155,8 @@ CACHALLOC_EXPORT int cachalloc_empty_cache(int device) {
       ContextGuard guard(d, s->context());
       s->allocator().empty_cache();
     }
+    // Pinned host memory belongs to no device: every device (-1) empties it.
+    if (HostCache* h = host_cache_if_any(); h != nullptr && device == -1) h->empty_cache();
     return CACHALLOC_SUCCESS;
   });
 }
@@ -181,6 +184,7 @@ CACHALLOC_EXPORT int cachalloc_reset_peak_stats(int device) {
     const std::vector<ContextState*> states = live_states_of(device);
     if (states.empty()) return CACHALLOC_ERROR_INVALID_DEVICE;
     for (ContextState* s : states) s->allocator().reset_peak_stats();
+    if (HostCache* h = host_cache_if_any(); h != nullptr && device == -1) h->reset_peak_stats();
     return CACHALLOC_SUCCESS;
   });
 }
@@ -234,6 +238,12 @@ CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
         s->allocator().validate();
       } catch (const InvariantError& e) {
         copy_truncated(msg, len, "device " + std::to_string(s->device()) + ": " + e.what());
+        return CACHALLOC_ERROR_ILLEGAL_STATE;
+      }
+    }
+    if (HostCache* h = host_cache_if_any()) {
+      if (const std::string broken = h->validate(); !broken.empty()) {
+        copy_truncated(msg, len, "pinned host cache: " + broken);
         return CACHALLOC_ERROR_ILLEGAL_STATE;
       }
     }

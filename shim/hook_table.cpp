@@ -60,6 +60,11 @@ const ByName kByName[] = {
     {"cuMemUnmap", W(cuMemUnmap)},
     {"cuMemSetAccess", W(cuMemSetAccess)},
     {"cuGreenCtxCreate", W(cuGreenCtxCreate)},
+    {"cuMemHostAlloc", W(cuMemHostAlloc)},
+    {"cuMemAllocHost_v2", W(cuMemAllocHost_v2)},
+    {"cuMemFreeHost", W(cuMemFreeHost)},
+    {"cuMemHostGetFlags", W(cuMemHostGetFlags)},
+    {"cuMemHostGetDevicePointer_v2", W(cuMemHostGetDevicePointer_v2)},
 };
 
 // A base name as cuGetProcAddress sees it: the wrapper applies from
@@ -100,6 +105,11 @@ const ByBase kByBase[] = {
     {"cuMemUnmap", 10020, W(cuMemUnmap), nullptr},
     {"cuMemSetAccess", 10020, W(cuMemSetAccess), nullptr},
     {"cuGreenCtxCreate", 12040, W(cuGreenCtxCreate), nullptr},
+    {"cuMemHostAlloc", 2020, W(cuMemHostAlloc), nullptr},
+    {"cuMemAllocHost", 3020, W(cuMemAllocHost_v2), nullptr},
+    {"cuMemFreeHost", 2000, W(cuMemFreeHost), nullptr},
+    {"cuMemHostGetFlags", 2030, W(cuMemHostGetFlags), nullptr},
+    {"cuMemHostGetDevicePointer", 3020, W(cuMemHostGetDevicePointer_v2), nullptr},
     // The 7.0 and 11.0 entry points of these two differ in name only.
     {"cuDevicePrimaryCtxReset", 11000, W(cuDevicePrimaryCtxReset_v2), nullptr},
     {"cuDevicePrimaryCtxReset", 7000, W(cuDevicePrimaryCtxReset), nullptr},

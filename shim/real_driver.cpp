@@ -35,6 +35,11 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuStreamEndCapture, "cuStreamEndCapture");
   resolve(h, &d->cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz");
   resolve(h, &d->cuStreamIsCapturing, "cuStreamIsCapturing");
+  resolve(h, &d->cuMemHostAlloc, "cuMemHostAlloc");
+  resolve(h, &d->cuMemAllocHost_v2, "cuMemAllocHost_v2");
+  resolve(h, &d->cuMemFreeHost, "cuMemFreeHost");
+  resolve(h, &d->cuMemHostGetFlags, "cuMemHostGetFlags");
+  resolve(h, &d->cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer_v2");
   resolve(h, &d->cuMemGetAddressRange_v2, "cuMemGetAddressRange_v2");
   resolve(h, &d->cuPointerGetAttribute, "cuPointerGetAttribute");
   resolve(h, &d->cuPointerGetAttributes, "cuPointerGetAttributes");

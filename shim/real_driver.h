@@ -35,6 +35,13 @@ struct RealDriver {
   PFN_cuStreamBeginCaptureToGraph_v12030_ptsz cuStreamBeginCaptureToGraph_ptsz = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuStreamEndCapture_v10000_ptsz cuStreamEndCapture_ptsz = nullptr;
+  // Page-locked host memory (host_ops.h); optional: without them the
+  // host hooks pass through.
+  PFN_cuMemHostAlloc_v2020 cuMemHostAlloc = nullptr;
+  PFN_cuMemAllocHost_v3020 cuMemAllocHost_v2 = nullptr;
+  PFN_cuMemFreeHost_v2000 cuMemFreeHost = nullptr;
+  PFN_cuMemHostGetFlags_v2030 cuMemHostGetFlags = nullptr;
+  PFN_cuMemHostGetDevicePointer_v3020 cuMemHostGetDevicePointer_v2 = nullptr;
   // Calls that reveal an allocation (identity, IPC) or end a context.
   PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange_v2 = nullptr;
   PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute = nullptr;

@@ -11,6 +11,7 @@
 
 #include "context_registry.h"
 #include "exit_hooks.h"
+#include "host_ops.h"
 #include "obs/log.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
@@ -68,6 +69,10 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
     }
     shim::copy_counters(&report);
     report.repeated_ooms = obs::ProcessObserver::instance().repeated_ooms();
+    if (HostCache* h = shim::host_cache_if_any()) {
+      report.has_host = true;
+      report.host = h->stats();
+    }
   } catch (...) {
     // A partial report is better than none; never throw into the exit path.
   }

@@ -21,6 +21,7 @@
 #include "context_registry.h"
 #include "driver_ops.h"
 #include "free_policy.h"
+#include "host_ops.h"
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
@@ -183,4 +184,40 @@ EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   CACHALLOC_ENTRY(cudaMemGetInfo);
   REAL_CUDART(cudaMemGetInfo);
   return real_cudaMemGetInfo ? real_cudaMemGetInfo(free, total) : cudaErrorInitializationError;
+}
+
+// ---- pinned host memory (host_ops.h): served by the host cache when a
+// context is current; everything else, errors included, is cudart's own
+// path, which reaches the hooked driver calls.
+
+EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  Status s = kNotOwned;
+  try {
+    s = host_cache_alloc(pHost, size, flags);
+  } catch (...) {
+    s = kNotOwned;
+  }
+  if (s == kSuccess) return cudaSuccess;
+  REAL_CUDART(cudaHostAlloc);
+  return real_cudaHostAlloc ? real_cudaHostAlloc(pHost, size, flags) : cudaErrorInitializationError;
+}
+
+EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  Status s = kNotOwned;
+  try {
+    s = host_cache_alloc(ptr, size, 0);
+  } catch (...) {
+    s = kNotOwned;
+  }
+  if (s == kSuccess) return cudaSuccess;
+  REAL_CUDART(cudaMallocHost);
+  return real_cudaMallocHost ? real_cudaMallocHost(ptr, size) : cudaErrorInitializationError;
+}
+
+// A double free or interior pointer goes to cudart too: its cuMemFreeHost
+// (hooked) refuses it, and cudart sets its last error as without cachalloc.
+EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  if (guarded([&] { return host_cache_free(ptr) == kSuccess; })) return cudaSuccess;
+  REAL_CUDART(cudaFreeHost);
+  return real_cudaFreeHost ? real_cudaFreeHost(ptr) : cudaErrorInitializationError;
 }

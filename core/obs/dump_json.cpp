@@ -112,6 +112,15 @@ const char* block_state_name(BlockState s) {
   return "?";
 }
 
+// Present only when the process used pinned host memory through the cache.
+void host_object(JsonWriter& w, const ProcessReport& r) {
+  if (!r.has_host) return;
+  w.key("pinned_host");
+  w.begin_object();
+  for (const auto& [name, value] : flatten_host_stats(r.host)) w.field(name, value);
+  w.end_object();
+}
+
 std::string stats_json(const ProcessReport& r, const std::string& host) {
   JsonWriter w;
   w.begin_object();
@@ -120,6 +129,7 @@ std::string stats_json(const ProcessReport& r, const std::string& host) {
   w.field("config", r.config.to_string());
   interposer_object(w, r);
   repeated_ooms_array(w, r);
+  host_object(w, r);
   w.key("devices");
   w.begin_array();
   for (const DeviceReport& d : r.devices) device_object(w, d);

@@ -6,6 +6,8 @@
 //    "config":"<Config::to_string()>",
 //    "interposer":{"calls":{"<entry>":N,...}, "passthrough":{"<reason>":N,...},
 //                  "ns_inside":N, "ns_in_driver":N, "driver_calls":N},
+//    "pinned_host":{"<host_memory_stats() key>":N, ...},  (only when the process used
+//                                   the pinned host cache; core/host_cache.h flatten_host_stats)
 //    "devices":[{"device":0, "device_total":N,
 //                "stats":{"<torch.cuda.memory_stats() key>":N, ...},
 //                "derived":{"device_allocations_avoided":N,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config.h"
+#include "host_cache.h"
 #include "observer.h"
 #include "stats.h"
 
@@ -85,6 +86,9 @@ struct ProcessReport {
   std::uint64_t ns_in_driver = 0;      // part of ns_inside spent in driver calls
   std::uint64_t driver_calls = 0;      // the driver calls counted in ns_in_driver
   std::vector<RepeatedOom> repeated_ooms;  // ProcessObserver::repeated_ooms()
+  // The pinned host cache (core/host_cache.h), when the process used it.
+  bool has_host = false;
+  HostStats host;
 };
 
 }  // namespace cachalloc::obs

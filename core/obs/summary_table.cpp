@@ -135,6 +135,17 @@ std::string interposer_section(const ProcessReport& r) {
     value_row(out, fmt::format(" Device {}: peak fragmentation", d.device),
               fmt::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
   }
+  if (r.has_host) {
+    const HostStats& h = r.host;
+    value_row(out, " Pinned host: served (of which cache hits)",
+              fmt::format("{} ({})", h.allocations.allocated, h.num_cache_hits));
+    value_row(out, " Pinned host: driver allocs / frees", fmt::format("{} / {}", h.num_host_alloc, h.num_host_free));
+    value_row(out, " Pinned host: reserved now (peak)",
+              fmt::format("{} ({})", format_size(h.reserved_bytes.current, h.reserved_bytes.current),
+                          format_size(h.reserved_bytes.peak, h.reserved_bytes.peak)));
+    value_row(out, " Pinned host: driver alloc / free time",
+              fmt::format("{} / {}", duration(h.host_alloc_time_ns), duration(h.host_free_time_ns)));
+  }
   value_row(out, " Time inside cachalloc", duration(r.ns_inside));
   value_row(out, fmt::format("   of which in {} driver calls", r.driver_calls), duration(r.ns_in_driver));
   out += rule('=');

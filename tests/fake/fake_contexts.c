@@ -4,7 +4,8 @@
  * with a new generation (and so a new cuCtxGetId) after its last release
  * or a reset, as the real driver's does, so objects made before show as
  * stale.  Destroying a
- * context frees its cuMemAlloc memory and IPC imports, and its streams and
+ * context frees its cuMemAlloc memory, IPC imports and page-locked host
+ * memory (assumed, not measured), and its streams and
  * events die with it; cuMemCreate memory, mappings and reservations outlive
  * it (measured on an H100). */
 #include <stdlib.h>
@@ -21,6 +22,7 @@ static void destroy_context(struct CUctx_st* c) {
   for (size_t i = fake.nallocs; i-- > 0;)
     if (fake.allocs[i].ctx == c) fake_free_allocation(i);
   fake_drop_imports_of(c);
+  fake_drop_host_of(c);
   fake_kill_streams_of(c);
   fake_forget_events_of(c);
   /* cuMemCreate memory, its mappings and address reservations are not

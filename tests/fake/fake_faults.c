@@ -39,6 +39,7 @@ static const struct { const char* name; CUresult error; } points[FAULT_POINTS] =
   [FAULT_MEM_MAP] = {"cuMemMap", CUDA_ERROR_OUT_OF_MEMORY},
   [FAULT_MEM_SET_ACCESS] = {"cuMemSetAccess", CUDA_ERROR_OUT_OF_MEMORY},
   [FAULT_MEM_ADDRESS_RESERVE] = {"cuMemAddressReserve", CUDA_ERROR_OUT_OF_MEMORY},
+  [FAULT_MEM_HOST_ALLOC] = {"cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY},
 };
 
 /* Chosen mode, per point: calls to let through, then calls to fail. */

@@ -66,6 +66,17 @@ struct fake_cuda_stats_t {
   unsigned long per_thread_launches; /* of those, on a thread's per-thread default stream */
   unsigned long capture_invalidations; /* global-mode captures broken by a record on the legacy stream */
   unsigned long ctx_record_event;   /* cuCtxRecordEvent calls that recorded (also in event_record) */
+  /* Page-locked host memory (fake_host.c). */
+  unsigned long host_alloc;         /* cuMemHostAlloc / cuMemAllocHost_v2 calls that succeeded */
+  unsigned long host_alloc_failed;  /* of those calls, refused (no context, injected, out of memory) */
+  unsigned long host_free;          /* cuMemFreeHost calls that freed something */
+  unsigned long host_free_invalid;  /* cuMemFreeHost of anything else (CUDA_ERROR_INVALID_VALUE) */
+  unsigned long host_free_syncs;    /* device waits made by cuMemFreeHost */
+  unsigned long host_get_flags;     /* cuMemHostGetFlags calls */
+  unsigned long host_get_device_pointer; /* cuMemHostGetDevicePointer_v2 calls */
+  unsigned long live_host_allocs;   /* cuMemHostAlloc'ed, not freed */
+  unsigned long host_register, host_unregister;
+  unsigned long host_dropped_with_context; /* pinned allocations freed by their context's destruction */
 };
 
 /* Copies the counters. */
@@ -92,7 +103,8 @@ size_t fake_cuda_live_imports(void);
 /* Fault injection.  Entry points that can be made to fail: cuMemAlloc_v2,
  * cuMemAllocAsync, cuEventCreate, cuEventRecord, cuEventQuery,
  * cuEventSynchronize, cuCtxSynchronize, cuStreamCreate, cuStreamQuery,
- * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemAddressReserve (a _ptsz
+ * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemAddressReserve, cuMemHostAlloc
+ * (with cuMemAllocHost_v2) (a _ptsz
  * variant, and cuStreamCreateWithPriority, count as their base name).  A
  * failed call changes nothing in the fake (not even its call counter) and
  * counts in failures_injected.  Calls refused for a null pointer before the

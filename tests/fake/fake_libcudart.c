@@ -32,6 +32,8 @@ static struct {
   PFN_cuMemAllocAsync_v11020_ptsz alloc_async_ptsz;
   PFN_cuMemFreeAsync_v11020_ptsz free_async_ptsz;
   PFN_cuMemGetInfo_v3020 get_info;
+  PFN_cuMemHostAlloc_v2020 host_alloc;
+  PFN_cuMemFreeHost_v2000 free_host;
 } drv;
 static int load_ok;
 static unsigned long calls;
@@ -62,9 +64,11 @@ static void load(void) {
   drv.alloc_async_ptsz = lookup(gpa, "cuMemAllocAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   drv.free_async_ptsz = lookup(gpa, "cuMemFreeAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   drv.get_info = lookup(gpa, "cuMemGetInfo", 0);
+  drv.host_alloc = lookup(gpa, "cuMemHostAlloc", 0);
+  drv.free_host = lookup(gpa, "cuMemFreeHost", 0);
   load_ok = drv.init && drv.device_get && drv.retain && drv.get_current && drv.set_current && drv.alloc &&
             drv.release && drv.alloc_async && drv.free_async && drv.alloc_async_ptsz && drv.free_async_ptsz &&
-            drv.get_info;
+            drv.get_info && drv.host_alloc && drv.free_host;
 }
 
 static cudaError_t fail(cudaError_t e) {
@@ -140,6 +144,20 @@ EXPORT cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
   cudaError_t e = lazy_init();
   if (e != cudaSuccess) return e;
   return map(drv.get_info(f, t));
+}
+
+/* Pinned host memory: cudaMallocHost is cudaHostAlloc with no flag. */
+EXPORT cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int flags) {
+  cudaError_t e = lazy_init();
+  if (e != cudaSuccess) return e;
+  if (p == NULL) return fail(cudaErrorInvalidValue);
+  return map(drv.host_alloc(p, n, flags));
+}
+EXPORT cudaError_t cudaMallocHost(void** p, size_t n) { return cudaHostAlloc(p, n, 0); }
+EXPORT cudaError_t cudaFreeHost(void* p) {
+  cudaError_t e = lazy_init();
+  if (e != cudaSuccess || p == NULL) return e;
+  return map(drv.free_host(p));
 }
 
 EXPORT cudaError_t cudaGetLastError(void) {

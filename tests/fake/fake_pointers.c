@@ -6,7 +6,8 @@
  * cuMemAlloc allocation is exactly the requested bytes (its mapping is the
  * rounded memfd, or the 2 MiB one it shares with other small allocations),
  * a VM mapping is the mapped chunk inside its reservation, an import is the
- * handle's size. */
+ * handle's size; page-locked host memory (fake_host.c) is host memory of
+ * exactly the requested (or registered) bytes. */
 #include <string.h>
 
 #include "fake_state.h"
@@ -20,7 +21,23 @@ struct region {
   unsigned long long buffer_id, block_id, handle_types;
   unsigned ipc_capable, access;
   unsigned* sync_memops;
+  int host;                                    /* page-locked host memory */
 };
+
+/* Host memory has no SYNC_MEMOPS of its own to set: writes go nowhere. */
+static unsigned host_sync_memops;
+
+static void region_of_host(struct region* r, struct host_block* b) {
+  r->base = r->range_start = r->map_base = (CUdeviceptr)(uintptr_t)b->ptr;
+  r->size = r->range_size = r->map_size = b->size;
+  r->ctx = b->ctx;
+  r->device = b->ctx ? b->ctx->device : 0;
+  r->buffer_id = b->buffer_id;
+  r->block_id = b->buffer_id + BLOCK_ID_BIAS;
+  r->access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r->sync_memops = &host_sync_memops;
+  r->host = 1;
+}
 
 static void region_of_allocation(struct region* r, struct allocation* a) {
   r->base = r->range_start = (CUdeviceptr)(uintptr_t)a->ptr;
@@ -74,6 +91,8 @@ static int find_region(CUdeviceptr p, struct region* r) {
   if (m) { region_of_import(r, m); return 1; }
   struct vm_mapping* v = fake_find_mapping(p);
   if (v) { region_of_mapping(r, v, p); return 1; }
+  struct host_block* h = fake_find_host((uintptr_t)p);
+  if (h) { region_of_host(r, h); return 1; }
   return 0;
 }
 
@@ -100,9 +119,13 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdevic
 static CUresult attr_live(const struct region* r, CUdeviceptr p, CUpointer_attribute a, void* data, int plural) {
   switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext*)data = r->ctx; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned*)data = CU_MEMORYTYPE_DEVICE; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned*)data = r->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr*)data = p; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (r->host) {
+        *(void**)data = (void*)(uintptr_t)p;
+        break;
+      }
       if (!plural) return CUDA_ERROR_INVALID_VALUE;
       *(void**)data = NULL;
       break;

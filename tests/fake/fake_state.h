@@ -9,6 +9,7 @@
  *   fake_chunks.c    small cuMemAllocs share 2 MiB mappings (the driver's sub-allocation)
  *   fake_pointers.c  what a device pointer lies in: address ranges, pointer attributes
  *   fake_ipc.c       IPC handles, dma-buf
+ *   fake_host.c      page-locked host memory (cuMemHostAlloc, cuMemHostRegister)
  *   fake_vm.c        virtual memory (reservations, cuMemCreate, maps, access)
  *   fake_proc.c      cuGetProcAddress, error names, the test controls
  * Nothing here is exported: the library is built with hidden visibility and
@@ -125,6 +126,17 @@ struct import {
   struct import* next;
 };
 
+/* cuMemHostAlloc / cuMemAllocHost memory, and cuMemHostRegister'ed ranges. */
+struct host_block {
+  void* ptr;
+  size_t size;      /* as requested (registered: the range) */
+  unsigned flags;
+  int registered;   /* the program's memory, pinned by cuMemHostRegister */
+  struct CUctx_st* ctx;
+  unsigned long long buffer_id;
+  struct host_block* next;
+};
+
 /* Virtual memory: reservations, physical allocations, mappings. */
 struct reservation { CUdeviceptr base; size_t size; struct reservation* next; };
 struct physical { int fd; size_t size; int device; unsigned long long id; struct physical* next; };
@@ -162,6 +174,7 @@ struct fake_driver {
   struct reservation* reservations;
   struct physical* physicals;
   struct vm_mapping* mappings;
+  struct host_block* host_blocks;
 };
 FAKE_INTERNAL extern struct fake_driver fake;
 FAKE_INTERNAL extern __thread CUcontext fake_current;
@@ -207,6 +220,7 @@ enum fake_fault_point {
   FAULT_MEM_MAP,
   FAULT_MEM_SET_ACCESS,
   FAULT_MEM_ADDRESS_RESERVE,
+  FAULT_MEM_HOST_ALLOC,     /* cuMemHostAlloc, cuMemAllocHost_v2 */
   FAULT_POINTS
 };
 /* CUDA_SUCCESS, or the error this call of `point` is to fail with (then
@@ -251,6 +265,14 @@ FAKE_INTERNAL void fake_chunk_release(struct allocation* a);
 FAKE_INTERNAL struct import* fake_find_import(CUdeviceptr p);
 /* Unmaps the context's imports (lock held). */
 FAKE_INTERNAL void fake_drop_imports_of(struct CUctx_st* c);
+
+/* ---------------- fake_host.c ---------------- */
+
+/* The host block or registered range holding p, or NULL (lock held). */
+FAKE_INTERNAL struct host_block* fake_find_host(uintptr_t p);
+/* The context died: its pinned memory is freed, its registrations end
+ * (lock held). */
+FAKE_INTERNAL void fake_drop_host_of(struct CUctx_st* c);
 
 /* ---------------- fake_vm.c ---------------- */
 

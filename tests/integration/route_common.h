@@ -41,11 +41,24 @@ struct cuda_api {
   PFN_cuEventCreate_v2000 event_create;
   PFN_cuEventRecord_v2000 event_record;
   PFN_cuEventQuery_v2000 event_query;
+  /* Pinned host memory (host_behaviours.c). */
+  PFN_cuMemHostAlloc_v2020 host_alloc;
+  PFN_cuMemAllocHost_v3020 alloc_host;
+  PFN_cuMemFreeHost_v2000 free_host;
+  PFN_cuMemHostGetFlags_v2030 host_get_flags;
+  PFN_cuMemHostGetDevicePointer_v3020 host_get_device_pointer;
+  PFN_cuMemHostRegister_v6050 host_register;
+  PFN_cuMemHostUnregister_v4000 host_unregister;
+  PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
+  PFN_cuMemGetAddressRange_v3020 get_address_range;
+  PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
+  PFN_cuCtxDestroy_v4000 ctx_destroy;
   /* Test controls of the fake driver (never hooked: no "cu" prefix). */
   void (*fake_stats)(struct fake_cuda_stats_t*);
   void (*fake_hold)(CUstream, int);
   void* (*fake_raw)(const char*);
   void (*fake_on_begin)(void (*)(void*), void*);
+  void (*fake_fail)(const char*, int, int, CUresult);
 };
 
 /* What every behaviour shares (route_behaviours.c): the route's name for
@@ -69,6 +82,8 @@ struct fake_cuda_stats_t stats(void);
 typedef int (*behaviour_fn)(void);
 /* The stream-order behaviours (stream_order_behaviours.c) by name, or NULL. */
 behaviour_fn stream_order_behaviour(const char* name);
+/* The pinned host memory behaviours (host_behaviours.c) by name, or NULL. */
+behaviour_fn host_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */

@@ -45,10 +45,22 @@ int main(int argc, char** argv) {
     .event_create = get("cuEventCreate"),
     .event_record = get("cuEventRecord"),
     .event_query = get("cuEventQuery"),
+    .host_alloc = get("cuMemHostAlloc"),
+    .alloc_host = get("cuMemAllocHost_v2"),
+    .free_host = get("cuMemFreeHost"),
+    .host_get_flags = get("cuMemHostGetFlags"),
+    .host_get_device_pointer = get("cuMemHostGetDevicePointer_v2"),
+    .host_register = get("cuMemHostRegister_v2"),
+    .host_unregister = get("cuMemHostUnregister"),
+    .pointer_get_attribute = get("cuPointerGetAttribute"),
+    .get_address_range = get("cuMemGetAddressRange_v2"),
+    .memcpy_htod_async = get("cuMemcpyHtoDAsync_v2"),
+    .ctx_destroy = get("cuCtxDestroy_v2"),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))get("fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))get("fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))get("fake_cuda_on_begin_capture"),
     .fake_raw = (void* (*)(const char*))get("fake_cuda_lookup_raw"),
+    .fake_fail = (void (*)(const char*, int, int, CUresult))get("fake_cuda_fail"),
   };
   return run_behaviour("dlsym", argv[1], &api);
 }

@@ -37,10 +37,22 @@ int main(int argc, char** argv) {
     .event_create = cuEventCreate,
     .event_record = cuEventRecord,
     .event_query = cuEventQuery,
+    .host_alloc = cuMemHostAlloc,
+    .alloc_host = cuMemAllocHost_v2,
+    .free_host = cuMemFreeHost,
+    .host_get_flags = cuMemHostGetFlags,
+    .host_get_device_pointer = cuMemHostGetDevicePointer_v2,
+    .host_register = cuMemHostRegister_v2,
+    .host_unregister = cuMemHostUnregister,
+    .pointer_get_attribute = cuPointerGetAttribute,
+    .get_address_range = cuMemGetAddressRange_v2,
+    .memcpy_htod_async = cuMemcpyHtoDAsync_v2,
+    .ctx_destroy = cuCtxDestroy_v2,
     .fake_stats = fake_cuda_stats,
     .fake_hold = fake_cuda_hold_stream,
     .fake_on_begin = fake_cuda_on_begin_capture,
     .fake_raw = fake_cuda_lookup_raw,
+    .fake_fail = fake_cuda_fail,
   };
   return run_behaviour("linked", argv[1], &api);
 }

@@ -88,10 +88,22 @@ int main(int argc, char** argv) {
     .event_create = get("cuEventCreate", 12000, 0),
     .event_record = get("cuEventRecord", 12000, 0),
     .event_query = get("cuEventQuery", 12000, 0),
+    .host_alloc = get("cuMemHostAlloc", 12000, 0),
+    .alloc_host = get("cuMemAllocHost", 12000, 0),
+    .free_host = get("cuMemFreeHost", 12000, 0),
+    .host_get_flags = get("cuMemHostGetFlags", 12000, 0),
+    .host_get_device_pointer = get("cuMemHostGetDevicePointer", 12000, 0),
+    .host_register = get("cuMemHostRegister", 12000, 0),
+    .host_unregister = get("cuMemHostUnregister", 12000, 0),
+    .pointer_get_attribute = get("cuPointerGetAttribute", 12000, 0),
+    .get_address_range = get("cuMemGetAddressRange", 12000, 0),
+    .memcpy_htod_async = get("cuMemcpyHtoDAsync", 12000, 0),
+    .ctx_destroy = get("cuCtxDestroy", 12000, 0),
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))dlsym(h, "fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))dlsym(h, "fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))dlsym(h, "fake_cuda_on_begin_capture"),
     .fake_raw = (void* (*)(const char*))dlsym(h, "fake_cuda_lookup_raw"),
+    .fake_fail = (void (*)(const char*, int, int, CUresult))dlsym(h, "fake_cuda_fail"),
   };
   return run_behaviour("static-cudart", argv[1], &api);
 }

@@ -101,6 +101,31 @@ static int foreign(void) {
   return 0;
 }
 
+/* Pinned host memory: cudaHostAlloc / cudaMallocHost served by the host
+ * cache (by the shim itself with the hooks, else through cudart's driver
+ * calls); errors, double frees included, are cudart's. */
+static int host(void) {
+  void *p = NULL, *q = NULL, *r = NULL;
+  CHECK(cudaFree(NULL) == cudaSuccess);
+  unsigned long before = fake_cudart_calls();
+  CHECK(cudaHostAlloc(&p, 10000, cudaHostAllocMapped) == cudaSuccess);
+  CHECK(cudaFreeHost(p) == cudaSuccess);
+  CHECK(cudaHostAlloc(&q, 16384, cudaHostAllocMapped) == cudaSuccess);
+  CHECK(q == p);
+  CHECK(cudaMallocHost(&r, 10000) == cudaSuccess);
+  CHECK(r != p); /* other flags */
+  CHECK(stats().host_alloc == 2);
+  CHECK(fake_cudart_calls() == before + (hooks ? 0 : 4));
+  CHECK(cudaFreeHost(q) == cudaSuccess);
+  CHECK(cudaFreeHost(q) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  CHECK(cudaFreeHost((char*)r + 8) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  CHECK(cudaFreeHost(r) == cudaSuccess);
+  CHECK(stats().host_free == 0 && stats().host_free_invalid == 0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* h = getenv("RUNTIME_HOOKS");
@@ -110,6 +135,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "errors")) return errors();
   if (!strcmp(argv[1], "async")) return async();
   if (!strcmp(argv[1], "foreign")) return foreign();
+  if (!strcmp(argv[1], "host")) return host();
   fprintf(stderr, "unknown behaviour %s\n", argv[1]);
   return 1;
 }

@@ -36,7 +36,7 @@ bool same(const Config& a, const Config& b) {
          a.per_process_memory_fraction == b.per_process_memory_fraction &&
          a.expandable_segments == b.expandable_segments &&
          a.expandable_segments_handle_type == b.expandable_segments_handle_type &&
-         a.free_sync == b.free_sync && a.stats == b.stats && a.snapshot == b.snapshot &&
+         a.free_sync == b.free_sync && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
          a.log_file == b.log_file;
@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, pinned_max_cached_mb, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -182,6 +182,22 @@ TEST_CASE("per_process_memory_fraction is in (0, 1]", "[config]") {
         "CACHALLOC_CONF: per_process_memory_fraction: '0' is not valid; expected a number in (0, 1]");
   CHECK(parse_error("per_process_memory_fraction:1.5") ==
         "CACHALLOC_CONF: per_process_memory_fraction: '1.5' is not valid; expected a number in (0, 1]");
+}
+
+TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; 4096 by default", "[config]") {
+  CHECK(Config{}.pinned_max_cached == std::size_t{4096} << 20);
+  CHECK(parse_ok("pinned_max_cached_mb:0").pinned_max_cached == 0);
+  CHECK(parse_ok("pinned_max_cached_mb:64").pinned_max_cached == std::size_t{64} << 20);
+  CHECK(parse_ok("pinned_max_cached_mb:Unlimited").pinned_max_cached == std::numeric_limits<std::size_t>::max());
+  const std::string expected =
+      "' is not valid; expected an integer number of MiB >= 0 (0 = off), or unlimited";
+  CHECK(parse_error("pinned_max_cached_mb:-1") == "CACHALLOC_CONF: pinned_max_cached_mb: '-1" + expected);
+  CHECK(parse_error("pinned_max_cached_mb:1.5") == "CACHALLOC_CONF: pinned_max_cached_mb: '1.5" + expected);
+  CHECK(parse_error("pinned_max_cached_mb:99999999999999999999") ==
+        "CACHALLOC_CONF: pinned_max_cached_mb: '99999999999999999999" + expected);
+  CHECK(parse_error("pinned_max_cached:8") ==
+        std::string("CACHALLOC_CONF: unknown key 'pinned_max_cached' (did you mean 'pinned_max_cached_mb'?); "
+                    "known keys: ") + kKnownKeys);
 }
 
 TEST_CASE("expandable_segments takes true/false in any case", "[config]") {
@@ -368,7 +384,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,pinned_max_cached_mb:4096,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -378,7 +394,7 @@ TEST_CASE("to_string round-trips every value", "[config]") {
         "max_split_size_mb:300,max_non_split_rounding_mb:7,"
         "roundup_power2_divisions:[2:1,64:0,256:4,>:16],garbage_collection_threshold:0.1,"
         "per_process_memory_fraction:0.3,expandable_segments:true,"
-        "expandable_segments_handle_type:fabric,free_sync:device,stats:/tmp/s-%p.json,"
+        "expandable_segments_handle_type:fabric,free_sync:device,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
         "snapshot:/tmp/a:b.pickle,snapshot_signal:SIGUSR2,trace:/tmp/t.json,"
         "trace_max_entries:77,log_level:error,log_file:/tmp/l.log");
     const std::string text = c.to_string();
@@ -393,6 +409,7 @@ TEST_CASE("to_string round-trips every value", "[config]") {
     c.garbage_collection_threshold = 0.7234567891234;
     c.per_process_memory_fraction = 1.0 / 3.0;
     c.snapshot_signal = 12;
+    c.pinned_max_cached = std::numeric_limits<std::size_t>::max();
     c.log_level = LogLevel::off;
     c.roundup_power2_divisions[3] = 8;
     CHECK(same(parse_ok(c.to_string()), c));

@@ -130,6 +130,30 @@ TEST_CASE("stats dump: a repeated out-of-memory condition, counted", "[obs][json
   CHECK(r["summary"].text.find("at least 0.063") != std::string::npos);
 }
 
+TEST_CASE("stats dump: pinned host statistics only when the host cache was used", "[obs][json][host]") {
+  RunReport run;
+  CHECK_FALSE(parse_json(stats_json(run.report, "n")).has("pinned_host"));
+  run.report.has_host = true;
+  run.report.host.allocations.increase(3);
+  run.report.host.allocations.decrease(1);
+  run.report.host.reserved_bytes.increase(8192);
+  run.report.host.num_host_alloc = 2;
+  run.report.host.host_alloc_time_ns = 3'000'000;
+  run.report.host.num_cache_hits = 1;
+  Json j = parse_json(stats_json(run.report, "n"));
+  const Json& h = j["pinned_host"];
+  CHECK(h["allocated.current"].i64() == 2);
+  CHECK(h["allocated.peak"].i64() == 3);
+  CHECK(h["allocated.freed"].i64() == 1);
+  CHECK(h["reserved_bytes.current"].i64() == 8192);
+  CHECK(h["num_host_alloc"].i64() == 2);
+  CHECK(h["host_alloc_time.total"].i64() == 3000);  // microseconds, as PyTorch
+  CHECK(h["host_alloc_time.avg"].i64() == 1500);
+  CHECK(h["num_cache_hits"].i64() == 1);
+  CHECK(h.members.size() == flatten_host_stats(run.report.host).size());
+  CHECK(summary_text(run.report).find("Pinned host: driver allocs / frees") != std::string::npos);
+}
+
 TEST_CASE("snapshot: every segment with its blocks", "[obs][json]") {
   RunReport run;
   Json j = parse_json(snapshot_json(run.report, "node7"));
