@@ -43,7 +43,9 @@ struct Config {
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
   // (cuMemHostAlloc and friends go to the driver unchanged).
-  std::size_t pinned_max_cached = std::size_t{4096} << 20;
+  // Off by default until the cache answers cudaHostGetFlags as the real
+  // driver does (docs/HOST.md, "Status"); pinned_max_cached_mb turns it on.
+  std::size_t pinned_max_cached = 0;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

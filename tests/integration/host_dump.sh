@@ -14,7 +14,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="stats:$dir/s.json" "$prog" host_served \
+env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="pinned_max_cached_mb:4096,stats:$dir/s.json" "$prog" host_served \
   || fail "host_served failed"
 python3 - "$dir/s.json" <<'PY' || fail "pinned_host does not match the program"
 import json, sys
@@ -28,7 +28,7 @@ assert h["segment.current"] == 2, h
 assert h["reserved_bytes.current"] == 16384, h
 assert h["host_alloc_time.count"] == 2, h
 PY
-env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="stats:stderr" "$prog" host_served 2> "$dir/err.txt" \
+env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="pinned_max_cached_mb:4096,stats:stderr" "$prog" host_served 2> "$dir/err.txt" \
   || fail "host_served failed with stats:stderr"
 grep -q "Pinned host: driver allocs / frees .* 2 / 0" "$dir/err.txt" || { cat "$dir/err.txt"; fail "no pinned host rows"; }
 echo PASS
