@@ -30,7 +30,10 @@ import os
 import subprocess
 import sys
 
-SIZES = [1000, 4096, 200_000, 1 << 20, 3 << 20, 25 << 20]  # small and large pool
+# Small and large pool.  Each large request is split from (or fills) its
+# segment exactly: a 25 MiB request would get a 26 MiB segment whose 1 MiB
+# rest is too small to split off, and count 26 MiB allocated (PyTorch's rule).
+SIZES = [1000, 4096, 200_000, 1 << 20, 3 << 20, 24 << 20]
 LATER = [512, 5 << 20]
 
 
