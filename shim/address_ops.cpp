@@ -20,26 +20,34 @@ ContextState* owner_of(CUdeviceptr ptr, AddressInfo* info) {
   return find_owner(static_cast<DevicePtr>(ptr), info);
 }
 
+// Overwrites the attributes that name an allocation — its range and its
+// buffer id — with those of an allocation of `size` bytes at `start`.
+// True when `attribute` was one of them.
+bool describe_range(CUpointer_attribute attribute, void* data, CUdeviceptr start, size_t size,
+                    unsigned long long buffer_id) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = start;
+      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = size;
+      return true;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = buffer_id;
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Overwrites the attributes that describe the allocation itself with the
 // block's; the driver has answered the rest for the segment.
 void describe_block(CUpointer_attribute attribute, void* data, const ContextState& owner, const AddressInfo& info) {
   if (data == nullptr) return;
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(info.block);
-      break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<size_t*>(data) = info.requested;
-      break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = owner.buffer_id(info.id);
-      break;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-      *static_cast<unsigned long long*>(data) = 0;  // expandable pages allow fds; a block must not
-      break;
-    default:
-      break;
-  }
+  if (describe_range(attribute, data, static_cast<CUdeviceptr>(info.block), info.requested, owner.buffer_id(info.id)))
+    return;
+  if (attribute == CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES)
+    *static_cast<unsigned long long*>(data) = 0;  // expandable pages allow fds; a block must not
 }
 
 // Pinned host blocks (host_ops.h): `p` in a block of the host cache.
@@ -59,20 +67,9 @@ HostAnswer host_answer(CUdeviceptr p) {
 }
 
 void describe_host_block(CUpointer_attribute attribute, void* data, const HostBlockInfo& info) {
-  if (data == nullptr) return;
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(info.base);
-      break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<size_t*>(data) = info.requested;
-      break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = host_buffer_id(info.serial);
-      break;
-    default:
-      break;
-  }
+  if (data != nullptr)
+    describe_range(attribute, data, reinterpret_cast<CUdeviceptr>(info.base), info.requested,
+                   host_buffer_id(info.serial));
 }
 
 // An address the driver certainly does not know (host memory no program

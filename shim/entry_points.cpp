@@ -9,6 +9,7 @@
 #include "context_ops.h"
 #include "cuda_api.h"
 #include "driver_ops.h"
+#include "guarded.h"
 #include "ipc_ops.h"
 #include "process_state.h"
 #include "real_driver.h"
@@ -16,16 +17,6 @@
 using namespace cachalloc::shim;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
-
-// Runs `body`, turning any exception into CUDA_ERROR_UNKNOWN.
-template <typename Body>
-static CUresult guarded(Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
-}
 
 static const RealDriver* drv() { return real_driver(); }
 

@@ -3,20 +3,12 @@
 // As entry_points.cpp: a program linked against libcuda calls these
 // directly, and the dlsym and cuGetProcAddress hooks hand out the same
 // functions (hook_table.cpp).  No exception crosses into C.
+#include "guarded.h"
 #include "host_ops.h"
 
 using namespace cachalloc::shim;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
-
-template <typename Body>
-static CUresult guarded(Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
-}
 
 EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   return guarded([&] { return do_mem_host_alloc(pp, bytesize, Flags); });
