@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "example_checks.cuh"
 #include "verify_kernels.cuh"
 
 namespace {
@@ -41,24 +42,9 @@ using examples::seed_for;
 constexpr std::size_t KiB = 1024, MiB = KiB * KiB, GiB = MiB * KiB;
 constexpr std::uint64_t kSpinNs = 100'000'000;  // the "long kernel": 100 ms
 
-std::atomic<int> g_failures{0};
-
-void fail(const char* fmt, ...) {
-  g_failures.fetch_add(1);
-  std::va_list ap;
-  va_start(ap, fmt);
-  std::fputs("    FAIL: ", stdout);
-  std::vprintf(fmt, ap);
-  std::fputc('\n', stdout);
-  va_end(ap);
-}
-
-bool ok(cudaError_t e, const char* what, int line) {
-  if (e == cudaSuccess) return true;
-  fail("line %d: %s -> %s", line, what, cudaGetErrorName(e));
-  return false;
-}
-#define CK(call) ok((call), #call, __LINE__)
+using examples::fail;
+using examples::g_failures;
+using examples::ok;
 
 // Mismatch counters live in mapped pinned host memory, so reading them does
 // not depend on the allocator under test.

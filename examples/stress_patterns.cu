@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "example_checks.cuh"
 #include "verify_kernels.cuh"
 
 namespace {
@@ -56,25 +57,9 @@ constexpr std::size_t kMaxLive = 12;
 constexpr std::size_t kMailboxMax = 32;
 constexpr std::uint64_t kLateReaderNs = 300'000;  // the probe's kernel spins 0.3 ms before reading
 
-std::atomic<int> g_failures{0};
-
-void fail(const char* fmt, ...) {
-  if (g_failures.fetch_add(1) >= 20) return;  // the first ones say enough
-  std::va_list ap;
-  va_start(ap, fmt);
-  std::fputs("    FAIL: ", stdout);
-  std::vprintf(fmt, ap);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  va_end(ap);
-}
-
-bool ok(cudaError_t e, const char* what, int line) {
-  if (e == cudaSuccess) return true;
-  fail("line %d: %s -> %s", line, what, cudaGetErrorName(e));
-  return false;
-}
-#define CK(call) ok((call), #call, __LINE__)
+using examples::fail;
+using examples::g_failures;
+using examples::ok;
 // After kernel launches: launch errors are reported here.
 #define CK_LAUNCH() ok(cudaGetLastError(), "kernel launch", __LINE__)
 
@@ -363,6 +348,7 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::g_max_printed = 20;  // a stress loop fails in bulk: the first ones say enough
   examples::take_sanitizer_safe_flag(argc, argv);
   const double seconds = argc > 1 ? std::atof(argv[1]) : 20.0;
   int devices = 0;
