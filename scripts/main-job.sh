@@ -10,9 +10,10 @@
 # standing in for device memory), so the shim is still seen at work.
 #
 # The build lives in build-demo/, configured without the tests, the
-# benchmarks and debug information (-g costs a quarter of the compile time),
-# and only the demo's targets are built (about a minute on two cores the
-# first time; later runs reuse it).  scripts/test.sh builds in
+# benchmarks and debug information (-g costs a quarter of the compile time)
+# and at -O1 (another quarter; the demo measures nothing that -O2 changes),
+# and only the demo's targets are built (57 s on two idle cores from a
+# fresh clone, 2026-11-25; later runs reuse it).  scripts/test.sh builds in
 # build/ and its siblings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +27,8 @@ have_gpu() {
 # Configures build-demo/ once; on failure shows meson's own words.
 configure() {
   [ -f "$dir/build.ninja" ] && return 0
-  echo "== configuring $dir/ (meson setup -Dtests=false -Dbench=false -Ddebug=false)"
-  if ! meson setup "$dir" -Dtests=false -Dbench=false -Ddebug=false >"$dir.setup.log" 2>&1; then
+  echo "== configuring $dir/ (meson setup -Dtests=false -Dbench=false -Ddebug=false -Doptimization=1)"
+  if ! meson setup "$dir" -Dtests=false -Dbench=false -Ddebug=false -Doptimization=1 >"$dir.setup.log" 2>&1; then
     echo "== meson setup failed; its output ($dir.setup.log):" >&2
     cat "$dir.setup.log" >&2
     rm -rf "$dir"  # the next run configures again
