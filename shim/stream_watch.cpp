@@ -116,7 +116,15 @@ unsigned long per_thread_streams_noted() { return g_noted.load(std::memory_order
   X(cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz, "cuStreamWriteValue32", 11070,                           \
     (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int fl), (s, a, v, fl), s)                                    \
   X(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, "cuStreamWriteValue64", 11070,                           \
-    (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int fl), (s, a, v, fl), s)
+    (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int fl), (s, a, v, fl), s)                                    \
+  X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, "cuStreamBatchMemOp", 11070,                                 \
+    (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int fl), (s, n, ops, fl), s)                \
+  X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, "cuMemcpyBatchAsync", 13000,                                 \
+    (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t n, CUmemcpyAttributes* attrs, size_t* idxs,         \
+     size_t nattrs, CUstream s),                                                                                     \
+    (dsts, srcs, sizes, n, attrs, idxs, nattrs, s), s)                                                               \
+  X(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000,                           \
+    (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long fl, CUstream s), (n, ops, fl, s), s)
 
 #define CACHALLOC_WATCHED_SYNC(X)                                                                                    \
   X(cuMemcpy_ptds, "cuMemcpy", 4000, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))                   \

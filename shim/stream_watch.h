@@ -17,7 +17,7 @@
 // compares in the common case.  A call that names the per-thread stream
 // notes it in the current context, once per (thread, context), before the
 // call enqueues anything.  Only calls that write device memory are wrapped
-// (kernel and graph launches, copies, memsets, stream memory writes).
+// (kernel and graph launches, copies, memsets, stream memory operations).
 #pragma once
 
 #include "cuda_api.h"
