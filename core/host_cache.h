@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "host_backend.h"
+#include "stats.h"
 
 namespace cachalloc {
 
@@ -53,19 +54,9 @@ inline constexpr unsigned kHostAllocDeviceMap = 0x02;
 inline constexpr unsigned kHostAllocWriteCombined = 0x04;
 inline constexpr unsigned kHostAllocFlagMask = 0x07;
 
-// One counter in PyTorch's host_memory_stats() shape.
-struct HostStat {
-  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
-  void increase(std::int64_t n) {
-    current += n;
-    allocated += n;
-    if (current > peak) peak = current;
-  }
-  void decrease(std::int64_t n) {
-    current -= n;
-    freed += n;
-  }
-};
+// One counter in PyTorch's host_memory_stats() shape: the device
+// statistics' own Stat (current, peak, allocated, freed).
+using HostStat = Stat;
 
 struct HostStats {
   HostStat allocations;      // blocks the program holds

@@ -18,7 +18,7 @@ void HostCache::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   for (HostStat* s : {&stats_.allocations, &stats_.segments, &stats_.allocated_bytes, &stats_.requested_bytes,
                       &stats_.reserved_bytes})
-    s->peak = s->current;
+    s->reset_peak();
   stats_.max_host_alloc_time_ns = stats_.max_host_free_time_ns = 0;
 }
 
