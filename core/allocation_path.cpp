@@ -118,6 +118,8 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
   // Deferred frees whose fences completed come back before we grow.
   if (reclaim_pending(size))
     if (Block* b = take_free_block(pool, size, stream)) return b;
+  if (deferred_ != nullptr || !fences_.empty()) [[unlikely]]
+    if (Block* b = join_waiting(pool, size, stream)) return b;
   if (!fences_.empty()) [[unlikely]]
     if (Block* b = wait_for_fenced(pool, size, stream)) return b;
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();

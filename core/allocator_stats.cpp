@@ -63,6 +63,7 @@ DeviceStats AllocatorStats::get() const {
   d.num_fence_events = num_fence_events;
   d.num_fence_stream_queries = num_fence_stream_queries;
   d.num_fence_waits = num_fence_waits;
+  d.num_fence_joins = num_fence_joins;
   d.deferred_free_bytes = deferred_free_bytes;
   return d;
 }

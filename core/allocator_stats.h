@@ -105,6 +105,7 @@ struct AllocatorStats {
   std::int64_t num_fence_events = 0;
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;
+  std::int64_t num_fence_joins = 0;
   Stat deferred_free_bytes;
 
   // The reuses of a held block (reuse_path.h), per pool (small, large):

@@ -20,5 +20,6 @@ Status DeviceBackend::fence_record(FenceId* out, FenceCost* cost) {
 Status DeviceBackend::fence_query(FenceId fence) { return event_query(fence); }
 Status DeviceBackend::fence_synchronize(FenceId fence) { return event_synchronize(fence); }
 void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
+Status DeviceBackend::fence_join(FenceId) { return kNotSupported; }
 
 }  // namespace cachalloc

@@ -50,6 +50,14 @@ class DeviceBackend {
   virtual Status fence_query(FenceId fence);        // kSuccess once complete, kNotReady before
   virtual Status fence_synchronize(FenceId fence);  // waits for it
   virtual void fence_destroy(FenceId fence);
+  // Orders all work enqueued from now on, on every stream of the device
+  // (streams created later included), after the fence: on the device, no
+  // host wait (cuCtxWaitEvent).  Afterwards a block freed before the fence
+  // may be handed out at once, whatever stream uses it next.  kNotSupported
+  // where the device cannot (the default); kNotReady while a capture is in
+  // flight.
+  virtual Status fence_join(FenceId fence);
+  virtual bool fence_join_supported() const { return false; }
 
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them (mapping also grants the

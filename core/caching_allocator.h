@@ -288,6 +288,8 @@ class CachingAllocator {
   bool issue_fence();
   bool poll_fences();
   Block* wait_for_fenced(BlockPool& pool, std::size_t size, StreamId stream);
+  Block* join_waiting(BlockPool& pool, std::size_t size, StreamId stream);
+  bool join_fences();
   struct FenceBatch;
   void retire_fence(const FenceBatch& f);
   void wait_fences();
@@ -368,6 +370,9 @@ class CachingAllocator {
   std::size_t fenced_count_ = 0;                 // blocks behind fences
   std::size_t fenced_bytes_ = 0;                 // and their bytes
   int events_per_fence_ = 1;                     // the last fence's cost (driver calls)
+  // Whether misses may join fences (fence_join, and the backend can: a
+  // kNotSupported answer clears it for good).
+  bool joins_possible_ = config_.fence_join;
   std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the
   // device synchronization failed too): each holds one pending count until

@@ -163,12 +163,14 @@ bool set_memory_fraction(std::string_view v, Config& c) {
   return true;
 }
 
-bool set_expandable_segments(std::string_view v, Config& c) {
+bool set_bool(std::string_view v, bool& out) {
   const std::string s = lower(v);
   if (s != "true" && s != "false") return false;
-  c.expandable_segments = s == "true";
+  out = s == "true";
   return true;
 }
+
+bool set_expandable_segments(std::string_view v, Config& c) { return set_bool(v, c.expandable_segments); }
 
 // Looks `v` (any case) up among `names`; the index is the enum value.
 template <typename Enum, std::size_t N>
@@ -188,6 +190,7 @@ bool set_handle_type(std::string_view v, Config& c) {
   return set_enum(v, kHandleTypeNames, c.expandable_segments_handle_type);
 }
 bool set_free_sync(std::string_view v, Config& c) { return set_enum(v, kFreeSyncNames, c.free_sync); }
+bool set_fence_join(std::string_view v, Config& c) { return set_bool(v, c.fence_join); }
 bool set_log_level(std::string_view v, Config& c) { return set_enum(v, kLogLevelNames, c.log_level); }
 
 bool set_path(std::string_view v, std::string& out) {
@@ -238,6 +241,7 @@ constexpr KeyHandler kHandlers[] = {
     {"expandable_segments", set_expandable_segments, false, "true or false"},
     {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
+    {"fence_join", set_fence_join, false, "true or false"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
@@ -421,6 +425,7 @@ std::string Config::to_string() const {
   append(out, "expandable_segments_handle_type",
          kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
+  append(out, "fence_join", fence_join ? "true" : "false");
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   // Unset paths and signal have no text that parses either; leaving them

@@ -40,6 +40,10 @@ struct Config {
   HandleType expandable_segments_handle_type = HandleType::automatic;
   // --- interposer ---
   FreeSync free_sync = FreeSync::automatic;
+  // A miss that would grow the cache while freed blocks wait behind fences
+  // that could serve it orders all later work after the fences instead
+  // (cuCtxWaitEvent; core/fence_path.cpp, join_waiting) and reuses them.
+  bool fence_join = true;
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
   // (cuMemHostAlloc and friends go to the driver unchanged).

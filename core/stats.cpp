@@ -66,6 +66,7 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_fence_events", s.num_fence_events);
   out.emplace_back("num_fence_stream_queries", s.num_fence_stream_queries);
   out.emplace_back("num_fence_waits", s.num_fence_waits);
+  out.emplace_back("num_fence_joins", s.num_fence_joins);
   add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);
   return out;
 }

@@ -79,6 +79,7 @@ struct DeviceStats {
   std::int64_t num_fence_events = 0;
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;  // misses that waited for a fence instead of growing
+  std::int64_t num_fence_joins = 0;  // misses that ordered later work after the fences instead of growing
   Stat deferred_free_bytes;
 
   void reset_peak();
@@ -100,6 +101,7 @@ void reset_counters(Stats& s) {
   s.num_fence_events = 0;
   s.num_fence_stream_queries = 0;
   s.num_fence_waits = 0;
+  s.num_fence_joins = 0;
 }
 
 // One (key, value) per scalar, named exactly as torch.cuda.memory_stats()

@@ -212,6 +212,27 @@ Status CudaBackend::fence_synchronize(FenceId fence) {
 
 void CudaBackend::fence_destroy(FenceId fence) { spare_fences_.push_back(reinterpret_cast<Fence*>(fence)); }
 
+// A fence's events stay recorded until it is destroyed, and a wait orders
+// after the record the event had when the wait was made: destroying the
+// fence (re-recording its pooled events later) right after the join is safe.
+Status CudaBackend::fence_join(FenceId fence) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (!fence_join_supported()) return kNotSupported;
+  std::shared_lock gate(capture_gate());
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  auto* f = reinterpret_cast<Fence*>(fence);
+  for (std::size_t i = f->done; i < f->used; ++i) {
+    const CUresult r = call(d_->cuCtxWaitEvent, ctx_, f->events[i]);
+    if (r == CUDA_SUCCESS) continue;
+    if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return kNotReady;
+    join_refused_ = true;
+    obs::logger().info("device {}: cuCtxWaitEvent refused (error {}); misses wait for fences on the host", device_,
+                       static_cast<int>(r));
+    return kNotSupported;
+  }
+  return kSuccess;
+}
+
 // expandable_segments_handle_type: `auto` asks for POSIX file descriptors
 // (shareable with other processes, as PyTorch does) and falls back to plain
 // handles where the driver refuses them; `posix_fd`, `fabric` and `none`

@@ -49,6 +49,15 @@ class CudaBackend final : public DeviceBackend {
   Status fence_query(FenceId fence) override;
   Status fence_synchronize(FenceId fence) override;
   void fence_destroy(FenceId fence) override;
+  // All work the context enqueues from now on, on any stream, waits (on the
+  // device) for each of the fence's events: cuCtxWaitEvent (CUDA 12.5),
+  // measured on an H100 to order later work on non-blocking streams created
+  // before and after it, the legacy, blocking and per-thread streams and
+  // other threads' streams.  Refused during a capture, as fence_record.
+  Status fence_join(FenceId fence) override;
+  bool fence_join_supported() const override {
+    return ctx_ != nullptr && d_->cuCtxWaitEvent != nullptr && !join_refused_;
+  }
   void set_streams(const StreamSet* streams) { streams_ = streams; }
   // The context whose work a context-wide fence event captures.
   void set_context(CUcontext ctx) { ctx_ = ctx; }
@@ -94,6 +103,9 @@ class CudaBackend final : public DeviceBackend {
   // Set once the driver refused cuCtxRecordEvent for a reason other than a
   // capture: fences record per stream from then on.
   bool context_wide_refused_ = false;
+  // Set once the driver refused cuCtxWaitEvent for a reason other than a
+  // capture: misses wait for fences on the host from then on.
+  bool join_refused_ = false;
   std::vector<Fence*> spare_fences_;  // never freed: the process may exit with the driver gone
 };
 

@@ -71,6 +71,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuStreamGetFlags, "cuStreamGetFlags");
   resolve(h, &d->cuStreamQuery, "cuStreamQuery");
   resolve(h, &d->cuCtxRecordEvent, "cuCtxRecordEvent");
+  resolve(h, &d->cuCtxWaitEvent, "cuCtxWaitEvent");
   resolve(h, &d->cuEventCreate, "cuEventCreate");
   resolve(h, &d->cuEventRecord, "cuEventRecord");
   resolve(h, &d->cuEventQuery, "cuEventQuery");

@@ -76,6 +76,7 @@ struct RealDriver {
   PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain = nullptr;      // optional
   PFN_cuCtxGetId_v12000 cuCtxGetId = nullptr;  // optional (CUDA 12.0): the pluggable ABI's reset check
   PFN_cuCtxRecordEvent_v12050 cuCtxRecordEvent = nullptr;  // optional: one event covers the whole context
+  PFN_cuCtxWaitEvent_v12050 cuCtxWaitEvent = nullptr;      // optional: all later work of the context waits
   PFN_cuEventCreate_v2000 cuEventCreate = nullptr;
   PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
   PFN_cuEventQuery_v2000 cuEventQuery = nullptr;

@@ -226,7 +226,7 @@ FREE_ENTRIES = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaFr
 # events (a future num_event_queries, say) is added too; num_fences is not (a
 # fence is counted by the calls it took).  See driver_calls().
 DRIVER_CALL_KEYS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_fence_events",
-                    "num_fence_stream_queries")
+                    "num_fence_stream_queries", "num_fence_joins")
 
 
 def _is_driver_call_key(k):
@@ -244,12 +244,6 @@ def driver_calls(dump):
     inter = dump.get("interposer", {}) or {}
     calls = inter.get("calls", {}) or {}
     frees = sum(int(calls.get(k, 0)) for k in FREE_ENTRIES)
-    dc = inter.get("driver_calls")
-    if isinstance(dc, (int, float)):
-        return int(dc), ["interposer.driver_calls"], frees
-    if isinstance(dc, dict):
-        return sum(int(v) for v in dc.values() if isinstance(v, (int, float))), \
-            ["interposer.driver_calls." + k for k in dc], frees
     used, total = [], 0
     for dev in dump.get("devices", []) or []:
         for k, v in (dev.get("stats", {}) or {}).items():
@@ -257,6 +251,13 @@ def driver_calls(dump):
                 total += int(v)
                 if k not in used:
                     used.append(k)
+    # interposer.driver_calls counts only the calls made inside timed
+    # wrappers (0 when timing is off): the larger count is the truer one.
+    dc = inter.get("driver_calls")
+    if isinstance(dc, dict):
+        dc = sum(int(v) for v in dc.values() if isinstance(v, (int, float)))
+    if isinstance(dc, (int, float)) and int(dc) > total:
+        return int(dc), ["interposer.driver_calls"], frees
     return total, used, frees
 
 
@@ -267,7 +268,8 @@ def fence_stats(dump):
     out = {}
     for dev in dump.get("devices", []) or []:
         st = dev.get("stats", {}) or {}
-        for k in ("num_deferred_frees", "num_fences", "num_fence_events", "deferred_free_bytes.peak",
+        for k in ("num_deferred_frees", "num_fences", "num_fence_events", "num_fence_joins", "num_fence_waits",
+                  "deferred_free_bytes.peak",
                   "deferred_free_bytes.current"):
             if k in st:
                 out[k] = out.get(k, 0) + int(st[k])

@@ -178,6 +178,19 @@ class FakeBackend final : public DeviceBackend {
     for (EventId e : get_fence(fence).events) event_destroy(e);
     fences_.erase(fence);
   }
+  // Joins (cuCtxWaitEvent in the shim) are refused as unsupported unless a
+  // test allows them, so that the fence tests written before them keep
+  // testing what they test.
+  void allow_joins(bool on) { joins_allowed_ = on; }
+  int fence_joins = 0;
+  bool fence_join_supported() const override { return joins_allowed_; }
+  Status fence_join(FenceId fence) override {
+    if (!joins_allowed_) return kNotSupported;
+    if (refuse_fences_) return kNotReady;
+    ++fence_joins;
+    joined_at_ = std::max(joined_at_, get_fence(fence).at);
+    return kSuccess;
+  }
 
   // ---- what the device has shown complete ----
   // The clock: each event record, fence and device synchronization takes
@@ -195,6 +208,10 @@ class FakeBackend final : public DeviceBackend {
   // t+1 completed: a fence recorded after t is complete, or the device was
   // synchronized after t.
   bool device_done_after(std::uint64_t t) const { return device_synced_at_ > t || fence_done_at_ > t; }
+  // Whether all work enqueued from now on, on every stream, is ordered
+  // after all work enqueued before tick t+1: a fence recorded after t was
+  // joined (fence_join).
+  bool device_ordered_after(std::uint64_t t) const { return joined_at_ > t; }
 
   Status synchronize_device() override {
     ++device_syncs;
@@ -341,6 +358,8 @@ class FakeBackend final : public DeviceBackend {
   int fail_records_ = 0;
   int records_before_failing_ = 0;
   bool refuse_fences_ = false;
+  bool joins_allowed_ = false;
+  std::uint64_t joined_at_ = 0;
   bool auto_complete_ = false;
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;

@@ -36,6 +36,7 @@ static void start_context(struct CUctx_st* c) {
   c->alive = 1;
   c->generation = ++fake.generations;
   c->npeers = 0;
+  c->nwaits = 0;
 }
 
 /* ---------------- init, devices ---------------- */

@@ -40,6 +40,7 @@ static const struct { const char* name; CUresult error; } points[FAULT_POINTS] =
   [FAULT_MEM_SET_ACCESS] = {"cuMemSetAccess", CUDA_ERROR_OUT_OF_MEMORY},
   [FAULT_MEM_ADDRESS_RESERVE] = {"cuMemAddressReserve", CUDA_ERROR_OUT_OF_MEMORY},
   [FAULT_MEM_HOST_ALLOC] = {"cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY},
+  [FAULT_CTX_WAIT_EVENT] = {"cuCtxWaitEvent", CUDA_ERROR_UNKNOWN},
 };
 
 /* Chosen mode, per point: calls to let through, then calls to fail. */

@@ -66,6 +66,7 @@ struct fake_cuda_stats_t {
   unsigned long per_thread_launches; /* of those, on a thread's per-thread default stream */
   unsigned long capture_invalidations; /* global-mode captures broken by a record on the legacy stream */
   unsigned long ctx_record_event;   /* cuCtxRecordEvent calls that recorded (also in event_record) */
+  unsigned long ctx_wait_event;     /* cuCtxWaitEvent calls that succeeded */
   /* Page-locked host memory (fake_host.c). */
   unsigned long host_alloc;         /* cuMemHostAlloc / cuMemAllocHost_v2 calls that succeeded */
   unsigned long host_alloc_failed;  /* of those calls, refused (no context, injected, out of memory) */

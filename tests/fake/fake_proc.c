@@ -133,6 +133,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
   PROC("cuLaunchKernel", 4000, 0, cuLaunchKernel),
   PROC("cuCtxRecordEvent", 12050, 0, cuCtxRecordEvent),
+  PROC("cuCtxWaitEvent", 12050, 0, cuCtxWaitEvent),
   PROC("cuEventQuery", 2000, 0, cuEventQuery),
   PROC("cuEventSynchronize", 2000, 0, cuEventSynchronize),
   PROC("cuEventDestroy", 4000, 0, cuEventDestroy_v2),

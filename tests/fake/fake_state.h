@@ -56,6 +56,10 @@ struct CUctx_st {
   int refcount;         /* primaries: retains not yet released */
   int npeers;           /* contexts whose memory this one may access */
   struct ctx_ref peers[MAX_PEERS];
+  /* cuCtxWaitEvent: work enqueued afterwards on ANY of its streams (the
+   * default streams, streams created later) waits for these too */
+  int nwaits;
+  struct { struct CUstream_st* s; unsigned epoch; } waits[MAX_DEPS];
 };
 struct CUstream_st {
   int held;                  /* work recorded now stays incomplete */
@@ -221,6 +225,7 @@ enum fake_fault_point {
   FAULT_MEM_SET_ACCESS,
   FAULT_MEM_ADDRESS_RESERVE,
   FAULT_MEM_HOST_ALLOC,     /* cuMemHostAlloc, cuMemAllocHost_v2 */
+  FAULT_CTX_WAIT_EVENT,     /* cuCtxWaitEvent */
   FAULT_POINTS
 };
 /* CUDA_SUCCESS, or the error this call of `point` is to fail with (then

@@ -247,6 +247,15 @@ static void add_dep(struct CUevent_st* e, struct CUstream_st* s) {
     if (s->waits[i].s->epoch == s->waits[i].epoch) add_dep_on(e, s->waits[i].s, s->waits[i].epoch);
 }
 
+/* ...and for what the event's context was made to wait for (cuCtxWaitEvent):
+ * every stream of the context, whenever created, is ordered after it. */
+static void add_ctx_waits(struct CUevent_st* e) {
+  const struct CUctx_st* c = e->ctx;
+  if (c == NULL) return;
+  for (int i = 0; i < c->nwaits; ++i)
+    if (c->waits[i].s->epoch == c->waits[i].epoch) add_dep_on(e, c->waits[i].s, c->waits[i].epoch);
+}
+
 /* The event waits for the held streams its stream is ordered after. */
 static CUresult event_record(CUevent e, CUstream s, int ptsz) {
   if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
@@ -279,6 +288,7 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
   } else if (st->blocking) {
     add_dep(e, &fake.legacy_stream);
   }
+  add_ctx_waits(e);
   fake_unlock();
   return CUDA_SUCCESS;
 }
@@ -318,6 +328,40 @@ EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent e) {
     for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next) add_dep(e, o);
     for (struct CUstream_st* o = fake.streams; o; o = o->next)
       if (o->ctx == ctx) add_dep(e, o);
+    add_ctx_waits(e);
+  }
+  fake_unlock();
+  return r;
+}
+
+/* cuCtxWaitEvent: all work enqueued on the context from now on — on any
+ * stream, created before or after — waits for the event's pending work.
+ * Refused and invalidating, like cuCtxRecordEvent, while a stream captures;
+ * FAKE_CUDA_NO_CTX_WAIT_EVENT=1 makes it answer CUDA_ERROR_NOT_SUPPORTED. */
+EXPORT CUresult cuCtxWaitEvent(CUcontext ctx, CUevent e) {
+  if (e == NULL || ctx == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  const char* off = getenv("FAKE_CUDA_NO_CTX_WAIT_EVENT");
+  if (off != NULL && *off == '1') return CUDA_ERROR_NOT_SUPPORTED;
+  fake_lock();
+  CUresult r = fake_fault(FAULT_CTX_WAIT_EVENT);
+  if (r == CUDA_SUCCESS && (event_dead(e) || !fake_ctx_live(ctx, ctx->generation))) r = fake_dead_call();
+  if (r == CUDA_SUCCESS && any_capture()) {
+    for (struct CUstream_st* o = fake.streams; o; o = o->next)
+      if (o->capturing && !o->capture_invalidated) o->capture_invalidated = 1, fake.stats.capture_invalidations++;
+    r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (r == CUDA_SUCCESS) {
+    fake.stats.ctx_wait_event++;
+    /* Completed waits are dropped first, so that a long run never fills the table. */
+    int n = 0;
+    for (int i = 0; i < ctx->nwaits; ++i)
+      if (ctx->waits[i].s->epoch == ctx->waits[i].epoch) ctx->waits[n++] = ctx->waits[i];
+    ctx->nwaits = n;
+    for (int i = 0; i < e->ndeps && ctx->nwaits < MAX_DEPS; ++i) {
+      ctx->waits[ctx->nwaits].s = e->deps[i].s;
+      ctx->waits[ctx->nwaits].epoch = e->deps[i].epoch;
+      ctx->nwaits++;
+    }
   }
   fake_unlock();
   return r;

@@ -153,7 +153,8 @@ static int check_fenced_reuse(CUstream held) {
   A->fake_hold(held, 1);
   CHECK_CU(A->mem_alloc(&p, MiB));
   seen[distinct++] = p;
-  const unsigned long records = stats().event_record, syncs = stats().ctx_sync, waits = stats().event_sync;
+  const unsigned long records = stats().event_record, syncs = stats().ctx_sync, waits = stats().event_sync,
+                      joins = stats().ctx_wait_event;
   CHECK_CU(A->mem_free(p));
   CHECK(stats().event_record == records && stats().ctx_sync == syncs); /* nothing at the free */
   for (int round = 0; round < 2; ++round) {
@@ -161,8 +162,10 @@ static int check_fenced_reuse(CUstream held) {
       CHECK_CU(A->mem_alloc(&b[i], MiB));
       /* p comes back only after a wait for its fence (a miss waits rather
        * than grow while more bytes wait than are allocated; the fake's
-       * cuEventSynchronize completes the held work, as waiting does) */
-      CHECK(b[i] != p || stats().event_sync > waits);
+       * cuEventSynchronize completes the held work, as waiting does), or
+       * after a join orders all later work after it (cuCtxWaitEvent;
+       * join_orders_later_work checks that order) */
+      CHECK(b[i] != p || stats().event_sync > waits || stats().ctx_wait_event > joins);
       int known = 0;
       for (int k = 0; k < distinct; ++k) known |= seen[k] == b[i];
       if (!known) seen[distinct++] = b[i];

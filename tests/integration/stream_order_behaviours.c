@@ -276,7 +276,8 @@ static int fence_context_wide(void) {
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < 64; ++i) {
       CHECK_CU(A->mem_alloc(&b[i], MiB));
-      CHECK(b[i] != p || stats().event_sync > before.event_sync);
+      /* back only after a wait, or a join (join_orders_later_work) */
+      CHECK(b[i] != p || stats().event_sync > before.event_sync || stats().ctx_wait_event > before.ctx_wait_event);
     }
     for (int i = 0; i < 64; ++i) CHECK_CU(A->mem_free(b[i]));
   }
@@ -290,10 +291,61 @@ static int fence_context_wide(void) {
   return 0;
 }
 
+/* A miss that would grow while a freed block waits behind a fence joins the
+ * fence (cuCtxWaitEvent): the block comes back at once, without a host
+ * wait, and all work enqueued from then on — on a non-blocking stream
+ * created before or after, on the legacy stream — is ordered after the
+ * kernel that still ran when the block was freed.  Where the driver has no
+ * cuCtxWaitEvent (FAKE_CUDA_NO_CTX_WAIT_EVENT=1), or with fence_join:false,
+ * the block is not handed out while that kernel runs. */
+static int join_orders_later_work(void) {
+  const char* off = getenv("FAKE_CUDA_NO_CTX_WAIT_EVENT");
+  const char* conf = getenv("CACHALLOC_CONF");
+  const int joins = !(off != NULL && *off == '1') && !(conf != NULL && strstr(conf, "fence_join:false") != NULL);
+  CUstream busy, before, after;
+  CUdeviceptr p = 0, q = 0;
+  CUevent e[3];
+  CHECK_CU(A->stream_create(&busy, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&before, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc(&p, 12 * MiB));
+  A->fake_hold(busy, 1); /* the kernel that uses p still runs */
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, 12 * MiB));
+  if (!joins) {
+    /* p only after a host wait for its fence (wait_for_fenced) */
+    CHECK(q != p || stats().event_sync > s0.event_sync);
+    CHECK(stats().ctx_wait_event == s0.ctx_wait_event);
+  } else {
+    CHECK(q == p);
+    CHECK(stats().event_sync == s0.event_sync && stats().ctx_sync == s0.ctx_sync); /* no host wait */
+    CHECK(stats().ctx_wait_event > s0.ctx_wait_event); /* one per event of the fence */
+    CHECK(stats().mem_alloc == s0.mem_alloc); /* no growth */
+    CHECK_CU(A->stream_create(&after, CU_STREAM_NON_BLOCKING));
+    CUstream later[3] = {before, after, 0};
+    for (int i = 0; i < 3; ++i) {
+      CHECK_CU(A->event_create(&e[i], 0));
+      CHECK_CU(A->event_record(e[i], later[i]));
+      CHECK(A->event_query(e[i]) == CUDA_ERROR_NOT_READY); /* ordered after the running kernel */
+    }
+    A->fake_hold(busy, 0);
+    for (int i = 0; i < 3; ++i) {
+      CHECK_CU(A->event_query(e[i]));
+    }
+    CHECK_CU(A->stream_destroy(after));
+  }
+  A->fake_hold(busy, 0);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->stream_destroy(before));
+  CHECK_CU(A->stream_destroy(busy));
+  return 0;
+}
+
 static const struct {
   const char* name;
   behaviour_fn run;
 } cases[] = {
+  {"join_orders_later_work", join_orders_later_work},
   {"fence_context_wide", fence_context_wide},
   {"capture_begin_window", capture_begin_window},
   {"ptsz_launch_beside_blocking", ptsz_launch_beside_blocking},

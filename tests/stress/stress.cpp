@@ -416,8 +416,21 @@ class Worker {
     held_ = nullptr;
   }
 
+  // Whether work enqueued on `s` now waits for the held stream's work: true
+  // after a fence join (cuCtxWaitEvent), which lets a block freed behind the
+  // busy stream be handed out at once.  An event recorded on `s` tells.
+  bool ordered_after_held(CUstream s) {
+    CUevent e = nullptr;
+    CU(cuEventCreate(&e, 0));
+    CU(cuEventRecord(e, s));
+    const CUresult r = cuEventQuery(e);
+    CU(cuEventDestroy(e));
+    return r == CUDA_ERROR_NOT_READY;
+  }
+
   // A block freed or recorded on a busy stream must not be handed out again
-  // before that stream's work completes.
+  // before that stream's work completes, unless all later work is ordered
+  // after it.
   void early_reuse_check() {
     if (live_.size() + 4 > kMaxLive) return;
     CUstream s = private_stream(0), y = private_stream(1);
@@ -445,7 +458,7 @@ class Worker {
       CUdeviceptr q = 0;
       CU(cuMemAllocAsync(&q, size, s));
       const bool synced = static_cast<unsigned>(sync_count()) != before;
-      if (!synced && overlaps(q, size, p, size))
+      if (!synced && overlaps(q, size, p, size) && !ordered_after_held(s))
         die("early reuse: block %#" PRIx64 " (%zu B) freed behind a busy stream was handed out again as %#" PRIx64
             " before that stream's work completed",
             static_cast<std::uint64_t>(p), size, static_cast<std::uint64_t>(q));

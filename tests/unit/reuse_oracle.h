@@ -10,7 +10,9 @@
 //  * on its own stream, for a request on another stream: likewise (a request
 //    on the same stream is ordered after the work by the stream itself);
 //  * anywhere, for a deferred free (free_deferred, a plain cuMemFree): until
-//    a fence recorded after the free completes, or a device synchronization.
+//    a fence recorded after the free completes, or a device synchronization,
+//    or a fence recorded after the free is joined (all work enqueued later is
+//    ordered after it: FakeBackend::device_ordered_after).
 // The fake backend's clock (fake_backend.h: now(), stream_done_after(),
 // device_done_after()) answers these.  The oracle errs towards "safe" only
 // where the device has shown completion that the allocator could have seen.
@@ -85,12 +87,12 @@ class ReuseOracle {
     return backend_.stream_done_after(s, r.at) || backend_.device_done_after(r.at);
   }
   bool safe_for(const Freed& r, StreamId stream) const {
-    if (r.deferred) return backend_.device_done_after(r.at);
+    if (r.deferred) return backend_.device_done_after(r.at) || backend_.device_ordered_after(r.at);
     if (stream != r.own && !done_on(r.own, r)) return false;
     return std::all_of(r.wait_on.begin(), r.wait_on.end(), [&](StreamId s) { return done_on(s, r); });
   }
   bool safe_everywhere(const Freed& r) const {
-    return r.deferred ? backend_.device_done_after(r.at) : done_on(r.own, r) && safe_for(r, r.own);
+    return r.deferred ? safe_for(r, r.own) : done_on(r.own, r) && safe_for(r, r.own);
   }
   static std::string describe(const Freed& r, DevicePtr ptr, std::size_t size, StreamId stream) {
     std::ostringstream out;

@@ -36,7 +36,7 @@ bool same(const Config& a, const Config& b) {
          a.per_process_memory_fraction == b.per_process_memory_fraction &&
          a.expandable_segments == b.expandable_segments &&
          a.expandable_segments_handle_type == b.expandable_segments_handle_type &&
-         a.free_sync == b.free_sync && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
+         a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
          a.log_file == b.log_file;
@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, pinned_max_cached_mb, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, pinned_max_cached_mb, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -228,6 +228,10 @@ TEST_CASE("enumerated keys", "[config]") {
   CHECK(parse_ok("free_sync:fence").free_sync == FreeSync::fence);
   CHECK(parse_ok("free_sync:stream").free_sync == FreeSync::stream);
   CHECK(parse_ok("free_sync:Device").free_sync == FreeSync::device);
+  CHECK(parse_ok("").fence_join);
+  CHECK(!parse_ok("fence_join:false").fence_join);
+  CHECK(parse_ok("fence_join:TRUE").fence_join);
+  CHECK(parse_error("fence_join:1") == "CACHALLOC_CONF: fence_join: '1' is not valid; expected true or false");
   CHECK(parse_error("free_sync:sync") ==
         "CACHALLOC_CONF: free_sync: 'sync' is not valid; expected one of auto, fence, stream, device");
 
@@ -384,7 +388,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,pinned_max_cached_mb:0,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,pinned_max_cached_mb:0,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -394,7 +398,7 @@ TEST_CASE("to_string round-trips every value", "[config]") {
         "max_split_size_mb:300,max_non_split_rounding_mb:7,"
         "roundup_power2_divisions:[2:1,64:0,256:4,>:16],garbage_collection_threshold:0.1,"
         "per_process_memory_fraction:0.3,expandable_segments:true,"
-        "expandable_segments_handle_type:fabric,free_sync:device,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
+        "expandable_segments_handle_type:fabric,free_sync:device,fence_join:false,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
         "snapshot:/tmp/a:b.pickle,snapshot_signal:SIGUSR2,trace:/tmp/t.json,"
         "trace_max_entries:77,log_level:error,log_file:/tmp/l.log");
     const std::string text = c.to_string();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "alloc_fixture.h"
+#include "reuse_oracle.h"
 
 using namespace cachalloc;
 using cachalloc::testing::AllocFixture;
@@ -281,4 +282,167 @@ TEST_CASE("double and foreign deferred frees are refused and change nothing") {
   CHECK(f.alloc->free_deferred(0) == kSuccess);
   CHECK(f.stats().num_deferred_frees == 1);
   f.alloc->validate();
+}
+
+// ---------------------------------------------------------------- joins
+// (fence_path.cpp, join_waiting): a miss that would grow while waiting frees
+// could serve it orders later work after their fence and reuses them at once.
+
+namespace {
+
+struct JoinFixture : AllocFixture {
+  explicit JoinFixture(Config cfg = {}) : AllocFixture(cfg) {
+    backend.allow_joins(true);
+    backend.add_nonblocking_stream(7, true);  // a busy side stream: fences do not complete by themselves
+  }
+  cachalloc::testing::ReuseOracle oracle{backend};
+  void defer(DevicePtr p, std::size_t size) {
+    oracle.freeing_deferred(p, size, 0);
+    free_deferred(*this, p);
+  }
+  DevicePtr checked_malloc(std::size_t size, StreamId s = 0) {
+    const DevicePtr p = malloc(size, s);
+    INFO(oracle.check(p, size, s));
+    CHECK(oracle.check(p, size, s).empty());
+    return p;
+  }
+};
+
+}  // namespace
+
+// (12 MiB requests get segments of exactly their size: a miss means growth.)
+TEST_CASE("a large miss joins the waiting frees instead of growing, with no host wait") {
+  JoinFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(f.checked_malloc(12 * MiB));
+  const DevicePtr keep = f.checked_malloc(12 * MiB);
+  const int segments = f.backend.alloc_calls;
+  for (DevicePtr p : blocks) f.defer(p, 12 * MiB);
+  // Their fence cannot complete (the side stream is busy), yet the miss is
+  // served from them: one fence, one join, no growth, no synchronization.
+  const DevicePtr p = f.checked_malloc(12 * MiB);
+  CHECK(std::find(blocks.begin(), blocks.end(), p) != blocks.end());
+  CHECK(f.backend.alloc_calls == segments);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.backend.event_syncs == 0);
+  CHECK(f.backend.device_syncs == 0);
+  CHECK(f.stats().num_fence_joins == 1);
+  CHECK(f.stats().num_fence_waits == 0);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(f.backend.live_fences() == 0);  // retired with the join
+  // The other three are free now: three more requests cost nothing.
+  for (int i = 0; i < 3; ++i) f.checked_malloc(12 * MiB);
+  CHECK(f.backend.alloc_calls == segments);
+  CHECK(f.backend.fence_joins == 1);
+  f.free(keep);
+}
+
+TEST_CASE("a join covers every older fence, and frees after it wait for the next one") {
+  JoinFixture f;
+  std::vector<DevicePtr> a, b;
+  for (int i = 0; i < 25; ++i) a.push_back(f.checked_malloc(64 * 1024));
+  for (int i = 0; i < 2; ++i) b.push_back(f.checked_malloc(12 * MiB));
+  const DevicePtr keep = f.checked_malloc(12 * MiB);
+  for (DevicePtr p : a) f.defer(p, 64 * 1024);
+  f.alloc->reclaim();  // puts the 25 behind a fence (not complete)
+  REQUIRE(f.backend.fence_records == 1);
+  for (DevicePtr p : b) f.defer(p, 12 * MiB);
+  // A large miss: one more fence for the two, one join of the newest,
+  // both fences retired.
+  const int segments = f.backend.alloc_calls;
+  f.checked_malloc(12 * MiB);
+  CHECK(f.backend.fence_records == 2);
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.backend.live_fences() == 0);
+  CHECK(f.backend.alloc_calls == segments);
+  // The 25 small blocks came back too: 25 requests, no growth, no join.
+  for (int i = 0; i < 25; ++i) f.checked_malloc(64 * 1024);
+  CHECK(f.backend.alloc_calls == segments);
+  CHECK(f.backend.fence_joins == 1);
+  // A free after the join is not covered by it.
+  const DevicePtr late = f.checked_malloc(12 * MiB);
+  f.defer(late, 12 * MiB);
+  CHECK(f.checked_malloc(12 * MiB) == late);  // served by a second join...
+  CHECK(f.backend.fence_joins == 2);          // ...not by the first
+  f.free(keep);
+}
+
+TEST_CASE("a small miss joins only once 20 frees wait") {
+  JoinFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 20; ++i) blocks.push_back(f.checked_malloc(4096));
+  // Fill the rest of the small segment so that a miss means growth.
+  std::vector<DevicePtr> filler;
+  const int segments = f.backend.alloc_calls;
+  while (f.backend.alloc_calls == segments) filler.push_back(f.checked_malloc(4096));
+  const DevicePtr last = filler.back();
+  filler.pop_back();
+  f.defer(last, 4096);  // (the block that opened a second segment: back to one segment's worth)
+  for (int i = 0; i < 18; ++i) f.defer(blocks[i], 4096);
+  // 19 waiting: the miss grows (or uses the second segment), no join.
+  f.checked_malloc(4096);
+  CHECK(f.backend.fence_joins == 0);
+  f.defer(blocks[18], 4096);
+  f.defer(blocks[19], 4096);
+  // Exhaust what is free, then miss with 20+ waiting: a join.
+  for (int guard = 0; guard < 100000 && f.backend.fence_joins == 0; ++guard) f.checked_malloc(4096);
+  CHECK(f.backend.fence_joins == 1);
+}
+
+TEST_CASE("no join during a capture, nor with fence_join:false, nor where the device cannot") {
+  SECTION("capture: fences refused, the miss grows, nothing is reused early") {
+    JoinFixture f;
+    const DevicePtr a = f.checked_malloc(8 * MiB);
+    f.defer(a, 8 * MiB);
+    f.backend.refuse_fences(true);
+    CHECK(f.checked_malloc(8 * MiB) != a);
+    CHECK(f.backend.fence_joins == 0);
+    f.backend.refuse_fences(false);
+    CHECK(f.checked_malloc(8 * MiB) == a);  // the next miss joins
+    CHECK(f.backend.fence_joins == 1);
+  }
+  SECTION("fence_join:false") {
+    Config cfg;
+    cfg.fence_join = false;
+    JoinFixture f(cfg);
+    const DevicePtr a = f.checked_malloc(8 * MiB);
+    f.defer(a, 8 * MiB);
+    CHECK(f.checked_malloc(8 * MiB) != a);
+    CHECK(f.backend.fence_joins == 0);
+    CHECK(f.stats().num_fence_joins == 0);
+  }
+  SECTION("a device without joins: no fence is recorded for nothing") {
+    JoinFixture f;
+    f.backend.allow_joins(false);
+    const DevicePtr a = f.checked_malloc(8 * MiB);
+    f.defer(a, 8 * MiB);
+    CHECK(f.checked_malloc(8 * MiB) != a);
+    CHECK(f.backend.fence_records == 0);
+    CHECK(f.backend.fence_joins == 0);
+  }
+}
+
+TEST_CASE("a loop of large plain frees with a busy side stream stays at its live bytes") {
+  JoinFixture f;
+  // Each step: 6 tensors of 4..24 MiB live at once, all freed without a
+  // stream while the side stream stays busy (the host runs ahead).
+  std::vector<std::pair<DevicePtr, std::size_t>> live;
+  std::int64_t most_live = 0;
+  for (int step = 0; step < 200; ++step) {
+    const std::size_t size = (4 + 4 * (step % 6)) * MiB;
+    live.emplace_back(f.checked_malloc(size), size);
+    most_live = std::max(most_live, f.allocated());
+    if (live.size() == 6) {
+      for (auto [p, bytes] : live) f.defer(p, bytes);
+      live.clear();
+    }
+  }
+  // Without joins this grows by a segment per miss until 20 frees wait and
+  // then waits on the host; with them the cache stays within 2x the live
+  // bytes and nothing ever waits on the host.
+  CHECK(f.reserved() <= 2 * most_live);
+  CHECK(f.backend.event_syncs == 0);
+  CHECK(f.stats().num_fence_waits == 0);
+  CHECK(f.stats().num_fence_joins > 0);
 }

@@ -47,8 +47,10 @@ struct Outcome {
   std::size_t waited_reuses;
 };
 
-Outcome run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes) {
+Outcome run_random(std::uint64_t seed, int steps, const Config& cfg, std::size_t device_bytes,
+                   bool joins = false) {
   AllocFixture f(cfg, device_bytes);
+  f.backend.allow_joins(joins);
   ReuseOracle oracle(f.backend);
   for (StreamId s : kNonBlocking) f.backend.add_nonblocking_stream(s);
   std::mt19937_64 rng(seed);
@@ -154,6 +156,26 @@ TEST_CASE("randomized: default configuration, roomy device") {
   CHECK(fences > 0);
   CHECK(queries == 2 * fences);
   CHECK(fence_events > fences);
+  CHECK(deferred > 0);
+  CHECK(waited > 0);
+}
+
+// Joins hand out blocks whose fences have not completed: the oracle accepts
+// such a reuse only after a join of a fence recorded after the free.
+TEST_CASE("randomized: fence joins, roomy and tight devices, classic and expandable") {
+  std::int64_t joins = 0, deferred = 0;
+  std::size_t waited = 0;
+  for (bool expandable : {false, true}) {
+    Config cfg;
+    cfg.expandable_segments = expandable;
+    for (std::uint64_t seed = 50; seed <= 53; ++seed) {
+      const Outcome o = run_random(seed, steps_from_env(1500), cfg, seed % 2 ? 256 * MiB : 4 * GiB, true);
+      joins += o.stats.num_fence_joins;
+      deferred += o.stats.num_deferred_frees;
+      waited += o.waited_reuses;
+    }
+  }
+  CHECK(joins > 0);
   CHECK(deferred > 0);
   CHECK(waited > 0);
 }
