@@ -46,10 +46,11 @@ struct Config {
   bool fence_join = true;
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
-  // (cuMemHostAlloc and friends go to the driver unchanged).
-  // Off by default until the cache answers cudaHostGetFlags as the real
-  // driver does (docs/HOST.md, "Status"); pinned_max_cached_mb turns it on.
-  std::size_t pinned_max_cached = 0;
+  // (cuMemHostAlloc and friends go to the driver unchanged).  On by
+  // default, bounded: 1 GiB of idle page-locked memory per process at most
+  // (PyTorch's own host cache has no bound; docs/HOST.md, "Configuration").
+  static constexpr std::size_t kDefaultPinnedMaxCached = std::size_t{1024} << 20;
+  std::size_t pinned_max_cached = kDefaultPinnedMaxCached;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

@@ -5,8 +5,11 @@
 // the device.  Like PyTorch's CachingHostAllocator, this cache rounds each
 // request up to a size class (class_size(): powers of two), keeps one free
 // list per class, and never splits a block: a block is one driver
-// allocation, so the driver's own answers about it (flags, device alias)
-// stay right.  Unlike PyTorch's it serves any program, through the shim.
+// allocation, so the driver's own answers about it (device alias) stay
+// right; its flags are answered by the shim from the flags asked, which a
+// block keeps (the driver reports those of the chunk it carved the block
+// from: shim/host_ops.cpp).  Unlike PyTorch's it serves any program,
+// through the shim.
 //
 // Pools: a block is reused only for a request with exactly the same flags
 // (portable / device-mapped / write-combined), and — for a block without

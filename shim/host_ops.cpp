@@ -44,6 +44,13 @@ bool cached_not_live(const void* p) {
   return !info.live || offset >= info.requested;
 }
 
+// `p` lies in the requested bytes of a block the program holds; *info is
+// that block (its flags are the ones the program asked: the pool's).
+bool live_block_at(const void* p, HostBlockInfo* info) {
+  if (!host_block_of(p, info) || !info->live) return false;
+  return static_cast<std::size_t>(static_cast<const char*>(p) - static_cast<const char*>(info->base)) < info->requested;
+}
+
 }  // namespace
 
 HostCache* host_cache_if_any() { return g_cache.load(std::memory_order_acquire); }
@@ -105,10 +112,26 @@ CUresult do_mem_free_host(void* p) {
   return d->cuMemFreeHost ? d->cuMemFreeHost(p) : CUDA_ERROR_NOT_FOUND;
 }
 
+// The driver carves small pinned allocations from larger chunks and
+// answers cuMemHostGetFlags with the chunk's flags, those of the allocation
+// that created it (H100, driver 580: with a flags-0 allocation live, a
+// PORTABLE one placed beside it reports 0x2, 0x3 in a fresh process).  A
+// cached block keeps its chunk alive after the program's free, so under
+// cachalloc a later portable block lands in a flags-0 chunk where a bare
+// run's would start a fresh one.  A live block therefore answers what the
+// driver answers for a fresh allocation of the flags the program asked:
+// those flags, plus DEVICEMAP where the driver adds it (unified
+// addressing: asked | DEVICEMAP, measured for all eight combinations).
+// The driver is still asked, for its error codes and that one bit.
 CUresult do_mem_host_get_flags(unsigned* flags, void* p) {
   if (cached_not_live(p)) return CUDA_ERROR_INVALID_VALUE;
   const RealDriver* d = real_driver();
-  return d->cuMemHostGetFlags ? d->cuMemHostGetFlags(flags, p) : CUDA_ERROR_NOT_FOUND;
+  if (d->cuMemHostGetFlags == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = d->cuMemHostGetFlags(flags, p);
+  HostBlockInfo info;
+  if (r == CUDA_SUCCESS && serving(current_mode()) && live_block_at(p, &info))
+    *flags = info.flags | (*flags & CU_MEMHOSTALLOC_DEVICEMAP);
+  return r;
 }
 
 CUresult do_mem_host_get_device_pointer(CUdeviceptr* out, void* p, unsigned flags) {

@@ -11,11 +11,14 @@
 // destroyed (host_cache.h).
 //
 // Fidelity: a cached block is the driver's own allocation of the class
-// size, so cuMemHostGetFlags and cuMemHostGetDevicePointer go to the driver
-// for a live block (its flags are exactly the ones asked, its device alias
-// is the block's); for memory the program freed (cached), or past the
-// requested size, they answer as for memory the driver does not know
-// (CUDA_ERROR_INVALID_VALUE).  The address range and pointer attributes
+// size, so cuMemHostGetDevicePointer goes to the driver for a live block
+// (its device alias is the block's), and so does cuMemHostGetFlags, whose
+// answer is then made the driver's for a fresh allocation of the flags
+// asked (asked | the driver's DEVICEMAP bit: the driver reports the flags
+// of the chunk a small allocation was carved from, and cached blocks keep
+// chunks alive; host_ops.cpp); for memory the program freed (cached), or
+// past the requested size, they answer as for memory the driver does not
+// know (CUDA_ERROR_INVALID_VALUE).  The address range and pointer attributes
 // (address_ops.cpp) describe an allocation of exactly the requested size.
 // cuMemFreeHost of a pointer in no block goes to the driver; a double free
 // or an interior pointer gets CUDA_ERROR_INVALID_VALUE, as from the driver.

@@ -34,6 +34,7 @@ static struct {
   PFN_cuMemGetInfo_v3020 get_info;
   PFN_cuMemHostAlloc_v2020 host_alloc;
   PFN_cuMemFreeHost_v2000 free_host;
+  PFN_cuMemHostGetFlags_v2030 host_get_flags;
 } drv;
 static int load_ok;
 static unsigned long calls;
@@ -66,9 +67,10 @@ static void load(void) {
   drv.get_info = lookup(gpa, "cuMemGetInfo", 0);
   drv.host_alloc = lookup(gpa, "cuMemHostAlloc", 0);
   drv.free_host = lookup(gpa, "cuMemFreeHost", 0);
+  drv.host_get_flags = lookup(gpa, "cuMemHostGetFlags", 0);
   load_ok = drv.init && drv.device_get && drv.retain && drv.get_current && drv.set_current && drv.alloc &&
             drv.release && drv.alloc_async && drv.free_async && drv.alloc_async_ptsz && drv.free_async_ptsz &&
-            drv.get_info && drv.host_alloc && drv.free_host;
+            drv.get_info && drv.host_alloc && drv.free_host && drv.host_get_flags;
 }
 
 static cudaError_t fail(cudaError_t e) {
@@ -154,6 +156,12 @@ EXPORT cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int flags) {
   return map(drv.host_alloc(p, n, flags));
 }
 EXPORT cudaError_t cudaMallocHost(void** p, size_t n) { return cudaHostAlloc(p, n, 0); }
+/* Like the real cudart: the driver's answer (cuMemHostGetFlags) as is. */
+EXPORT cudaError_t cudaHostGetFlags(unsigned int* flags, void* p) {
+  cudaError_t e = lazy_init();
+  if (e != cudaSuccess) return e;
+  return map(drv.host_get_flags(flags, p));
+}
 EXPORT cudaError_t cudaFreeHost(void* p) {
   cudaError_t e = lazy_init();
   if (e != cudaSuccess || p == NULL) return e;

@@ -9,7 +9,8 @@
  *   fake_chunks.c    small cuMemAllocs share 2 MiB mappings (the driver's sub-allocation)
  *   fake_pointers.c  what a device pointer lies in: address ranges, pointer attributes
  *   fake_ipc.c       IPC handles, dma-buf
- *   fake_host.c      page-locked host memory (cuMemHostAlloc, cuMemHostRegister)
+ *   fake_host.c      page-locked host memory (cuMemHostAlloc, cuMemHostRegister);
+ *                    small allocations share 2 MiB chunks, as the driver's do
  *   fake_vm.c        virtual memory (reservations, cuMemCreate, maps, access)
  *   fake_proc.c      cuGetProcAddress, error names, the test controls
  * Nothing here is exported: the library is built with hidden visibility and
@@ -130,12 +131,27 @@ struct import {
   struct import* next;
 };
 
+#define HOST_CHUNK ((size_t)2 << 20)  /* the chunks small pinned allocations share */
+
+/* A 2 MiB chunk that consecutive small pinned allocations share
+ * (fake_host.c).  Its flags are those of the allocation that created it:
+ * cuMemHostGetFlags answers them for every allocation placed in it. */
+struct host_chunk {
+  void* base;
+  unsigned flags;           /* the creating allocation's */
+  struct CUctx_st* ctx;
+  unsigned users;           /* allocations placed in it */
+  unsigned char used[HOST_CHUNK / PAGE / 8];  /* a bit per 4 KiB page */
+  struct host_chunk* next;
+};
+
 /* cuMemHostAlloc / cuMemAllocHost memory, and cuMemHostRegister'ed ranges. */
 struct host_block {
   void* ptr;
   size_t size;      /* as requested (registered: the range) */
-  unsigned flags;
+  unsigned flags;   /* as asked (registered: the registration's) */
   int registered;   /* the program's memory, pinned by cuMemHostRegister */
+  struct host_chunk* chunk;  /* the chunk it was carved from, or NULL (its own memory) */
   struct CUctx_st* ctx;
   unsigned long long buffer_id;
   struct host_block* next;
@@ -179,6 +195,7 @@ struct fake_driver {
   struct physical* physicals;
   struct vm_mapping* mappings;
   struct host_block* host_blocks;
+  struct host_chunk* host_chunks;  /* shared chunks of small pinned allocations */
 };
 FAKE_INTERNAL extern struct fake_driver fake;
 FAKE_INTERNAL extern __thread CUcontext fake_current;

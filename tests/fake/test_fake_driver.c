@@ -5,7 +5,8 @@
  * CUDA 13) that fake_libcuda.c copies: address ranges, pointer attributes,
  * IPC handles (across two processes: the importer is this program exec'd
  * afresh with the handles in hex on its command line), context destruction
- * and reset, peer access and VM access per device; and the fake's own test
+ * and reset, peer access and VM access per device, the chunks small pinned
+ * host allocations share (and the flags they report); and the fake's own test
  * machinery: fault injection and the counters of what it still holds.
  * Exit 0 pass, else a message on stderr. */
 #define _GNU_SOURCE
@@ -1336,6 +1337,96 @@ static int live_counters(void) {
   return 0;
 }
 
+/* ---------------- F. pinned host memory ---------------- */
+
+/* The flags cuMemHostGetFlags answers for p. */
+static unsigned host_flags_of(void* p) {
+  unsigned f = 0xdead;
+  return cuMemHostGetFlags(&f, p) == CUDA_SUCCESS ? f : 0xdead;
+}
+
+static int in_chunk_of(const void* p, const void* first) {
+  const uintptr_t base = (uintptr_t)first & ~(uintptr_t)(2 * MiB - 1);
+  return (uintptr_t)p >= base && (uintptr_t)p < base + 2 * MiB;
+}
+
+/* Small pinned allocations share 2 MiB chunks, and every allocation in a
+ * chunk reports the chunk's flags (its first allocation's) | DEVICEMAP, as
+ * the real driver (H100, driver 580) does; write-combined ones and 1 MiB
+ * requests are apart and report their own. */
+static int host_chunks(void) {
+  CUcontext ctx;
+  RUN(setup(&ctx, 0));
+  const size_t K256 = 256 << 10;
+  void *a = NULL, *b = NULL, *wc = NULL, *wc2 = NULL, *big = NULL, *c = NULL, *d = NULL;
+  CHECK_CU(cuMemHostAlloc(&a, K256, 0));
+  CHECK_CU(cuMemHostAlloc(&b, K256, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK((char*)b == (char*)a + K256); /* adjacent, as measured */
+  CHECK(host_flags_of(a) == CU_MEMHOSTALLOC_DEVICEMAP);
+  CHECK(host_flags_of(b) == CU_MEMHOSTALLOC_DEVICEMAP);        /* the chunk's, not 0x3 */
+  CHECK(host_flags_of((char*)b + 100) == CU_MEMHOSTALLOC_DEVICEMAP);
+  CHECK_CU(cuMemHostAlloc(&wc, K256, CU_MEMHOSTALLOC_WRITECOMBINED));
+  CHECK(!in_chunk_of(wc, a));
+  CHECK(host_flags_of(wc) == (CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_DEVICEMAP));
+  const unsigned wcp = CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_PORTABLE;
+  CHECK_CU(cuMemHostAlloc(&wc2, K256, wcp));
+  CHECK(!in_chunk_of(wc2, a) && !in_chunk_of(wc2, wc));
+  CHECK(host_flags_of(wc2) == (wcp | CU_MEMHOSTALLOC_DEVICEMAP));
+  CHECK_CU(cuMemHostAlloc(&big, MiB, CU_MEMHOSTALLOC_PORTABLE)); /* a mapping of its own */
+  CHECK(!in_chunk_of(big, a));
+  CHECK(host_flags_of(big) == (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  /* Unified addressing: a device alias without the DEVICEMAP flag. */
+  CUdeviceptr alias = 0;
+  CHECK_CU(cuMemHostGetDevicePointer(&alias, a, 0));
+  CHECK(alias == (CUdeviceptr)(uintptr_t)a);
+  /* Each allocation is exactly its size: the rest of the chunk is nobody's. */
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CHECK_CU(cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)b + 10));
+  CHECK(base == (CUdeviceptr)(uintptr_t)b && size == K256);
+  CHECK_ERR(cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)b + K256), CUDA_ERROR_NOT_FOUND);
+  CHECK(host_flags_of((char*)b + K256) == 0xdead);
+  /* A freed place is reused by the next request that fits... */
+  CHECK_CU(cuMemFreeHost(a));
+  CHECK_CU(cuMemHostAlloc(&d, 5000, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(d == a);
+  CHECK(host_flags_of(d) == CU_MEMHOSTALLOC_DEVICEMAP);
+  /* ...and an emptied chunk goes: a later request starts a fresh one. */
+  CHECK_CU(cuMemFreeHost(d));
+  CHECK_CU(cuMemFreeHost(b));
+  CHECK_CU(cuMemHostAlloc(&c, K256, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(host_flags_of(c) == (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  /* A destroyed context frees its chunks' allocations with the rest. */
+  CUcontext c2;
+  void* e = NULL;
+  CHECK_CU(cuCtxCreate(&c2, NULL, 0, 0));
+  CHECK_CU(cuMemHostAlloc(&e, K256, 0));
+  CHECK(!in_chunk_of(e, c)); /* chunks are per context */
+  CHECK_CU(cuCtxDestroy(c2));
+  CHECK(stats().host_dropped_with_context == 1);
+  CHECK(host_flags_of(e) == 0xdead);
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CHECK_CU(cuMemFreeHost(c));
+  CHECK_CU(cuMemFreeHost(wc));
+  CHECK_CU(cuMemFreeHost(wc2));
+  CHECK_CU(cuMemFreeHost(big));
+  CHECK(stats().live_host_allocs == 0);
+  return 0;
+}
+
+/* FAKE_CUDA_HOST_SUBALLOC_BELOW=0: every allocation its own, its own flags. */
+static int host_chunks_off(void) {
+  CUcontext ctx;
+  RUN(setup(&ctx, 0));
+  void *a = NULL, *b = NULL;
+  CHECK_CU(cuMemHostAlloc(&a, 4096, 0));
+  CHECK_CU(cuMemHostAlloc(&b, 4096, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(host_flags_of(b) == (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  CHECK_CU(cuMemFreeHost(a));
+  CHECK_CU(cuMemFreeHost(b));
+  return 0;
+}
+
 struct test_case {
   const char* name;
   int (*run)(void);
@@ -1360,6 +1451,8 @@ static const struct test_case cases[] = {
   {"faults", faults},
   {"faults_env", faults_env},
   {"live_counters", live_counters},
+  {"host_chunks", host_chunks},
+  {"host_chunks_off", host_chunks_off},
 };
 
 int main(int argc, char** argv) {

@@ -46,7 +46,9 @@ static int host_served(void) {
   return 0;
 }
 
-/* Portable, mapped and write-combined blocks never serve each other. */
+/* Portable, mapped and write-combined blocks never serve each other, and
+ * each reports what the driver reports for a fresh allocation of its
+ * flags: those asked | DEVICEMAP (unified addressing). */
 static int host_flags(void) {
   const unsigned kinds[] = {0, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
                             CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED};
@@ -63,9 +65,76 @@ static int host_flags(void) {
     CHECK_CU(A->host_alloc(&p, 64 * KiB, kinds[i]));
     CHECK(p == first[i]);
     CHECK_CU(A->host_get_flags(&flags, p));
-    CHECK(flags == kinds[i]);
+    CHECK(flags == (kinds[i] | CU_MEMHOSTALLOC_DEVICEMAP));
   }
   CHECK(stats().host_alloc == 4);
+  return 0;
+}
+
+/* The driver carves small pinned allocations from shared chunks and answers
+ * cuMemHostGetFlags with the chunk's flags (its first allocation's) |
+ * DEVICEMAP (fake_host.c, as measured on an H100).  A block the cache keeps
+ * — freed by the program, or live — keeps its chunk alive, so a later
+ * portable block lands in a flags-0 chunk and the driver says 0x2 where a
+ * bare run, whose chunk went with its free, says 0x3.  The shim answers
+ * what the driver answers for a fresh allocation of the flags asked:
+ * asked | DEVICEMAP.  Address range and attributes are the block's own. */
+static int host_flags_shared_chunk(void) {
+  PFN_cuMemHostGetFlags_v2030 raw_flags = (PFN_cuMemHostGetFlags_v2030)A->fake_raw("cuMemHostGetFlags");
+  const unsigned PORTABLE = CU_MEMHOSTALLOC_PORTABLE, MAPPED = CU_MEMHOSTALLOC_DEVICEMAP;
+  const unsigned WC = CU_MEMHOSTALLOC_WRITECOMBINED;
+  void *cached = NULL, *live = NULL, *p = NULL, *q = NULL, *r = NULL, *w = NULL;
+  unsigned flags = 0;
+  CHECK(raw_flags != NULL);
+  /* Only a cached flags-0 block holds the chunk. */
+  CHECK_CU(A->host_alloc(&cached, 64 * KiB, 0));
+  CHECK_CU(A->free_host(cached));
+  CHECK_CU(A->host_alloc(&p, 40000, PORTABLE));
+  CHECK_CU(raw_flags(&flags, p));
+  CHECK(flags == MAPPED); /* the chunk's: the gap is there to hide */
+  CHECK_CU(A->host_get_flags(&flags, p));
+  CHECK(flags == (PORTABLE | MAPPED));
+  CHECK_CU(A->host_get_flags(&flags, (char*)p + 39999));
+  CHECK(flags == (PORTABLE | MAPPED));
+  CHECK(A->host_get_flags(&flags, cached) == CUDA_ERROR_INVALID_VALUE); /* cached: unknown */
+  /* A live flags-0 block (and the cached one) beside new requests. */
+  CHECK_CU(A->host_alloc(&live, 64 * KiB, 0));
+  CHECK(live == cached);
+  CHECK_CU(A->host_alloc(&q, 64 * KiB, PORTABLE | MAPPED));
+  CHECK_CU(A->host_alloc(&r, 64 * KiB, MAPPED));
+  CHECK_CU(A->host_alloc(&w, 64 * KiB, PORTABLE | WC));
+  CHECK_CU(A->host_get_flags(&flags, live));
+  CHECK(flags == MAPPED);
+  CHECK_CU(A->host_get_flags(&flags, q));
+  CHECK(flags == (PORTABLE | MAPPED));
+  CHECK_CU(A->host_get_flags(&flags, r));
+  CHECK(flags == MAPPED);
+  CHECK_CU(A->host_get_flags(&flags, w));
+  CHECK(flags == (PORTABLE | WC | MAPPED));
+  /* Chunking changes no range: each block is exactly its request. */
+  const CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
+  CUdeviceptr base = 0, start = 0, dev = 0;
+  size_t size = 0, range = 0;
+  CHECK_CU(A->get_address_range(&base, &size, a + 100));
+  CHECK(base == a && size == 40000);
+  CHECK(A->get_address_range(&base, &size, a + 40000) == CUDA_ERROR_NOT_FOUND);
+  CHECK_CU(A->pointer_get_attribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 10));
+  CHECK(range == 40000);
+  CHECK_CU(A->pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 10));
+  CHECK(start == a);
+  CUpointer_attribute which[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  start = 0;
+  range = 0;
+  void* into[2] = {&start, &range};
+  CHECK_CU(A->pointer_get_attributes(2, which, into, a + 39999));
+  CHECK(start == a && range == 40000);
+  CHECK_CU(A->host_get_device_pointer(&dev, q, 0));
+  CHECK(dev == (CUdeviceptr)(uintptr_t)q);
+  CHECK_CU(A->free_host(p));
+  CHECK_CU(A->free_host(q));
+  CHECK_CU(A->free_host(r));
+  CHECK_CU(A->free_host(w));
+  CHECK_CU(A->free_host(live));
   return 0;
 }
 
@@ -238,7 +307,7 @@ static int host_foreign(void) {
   CHECK_CU(raw_alloc(&f, 3 * KiB, CU_MEMHOSTALLOC_PORTABLE));
   unsigned flags = 0;
   CHECK_CU(A->host_get_flags(&flags, f));
-  CHECK(flags == CU_MEMHOSTALLOC_PORTABLE);
+  CHECK(flags == (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)); /* the driver's own answer */
   size_t size = 0;
   CUdeviceptr base = 0;
   CHECK_CU(A->get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)f));
@@ -319,6 +388,7 @@ static const struct {
 } cases[] = {
   {"host_served", host_served},
   {"host_flags", host_flags},
+  {"host_flags_shared_chunk", host_flags_shared_chunk},
   {"host_reuse_legacy", host_reuse_legacy},
   {"host_reuse_nonblocking", host_reuse_nonblocking},
   {"host_reuse_other_context", host_reuse_other_context},

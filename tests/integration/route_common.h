@@ -50,6 +50,7 @@ struct cuda_api {
   PFN_cuMemHostRegister_v6050 host_register;
   PFN_cuMemHostUnregister_v4000 host_unregister;
   PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
+  PFN_cuPointerGetAttributes_v7000 pointer_get_attributes;
   PFN_cuMemGetAddressRange_v3020 get_address_range;
   PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
   PFN_cuCtxDestroy_v4000 ctx_destroy;

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     .host_register = get("cuMemHostRegister_v2"),
     .host_unregister = get("cuMemHostUnregister"),
     .pointer_get_attribute = get("cuPointerGetAttribute"),
+    .pointer_get_attributes = get("cuPointerGetAttributes"),
     .get_address_range = get("cuMemGetAddressRange_v2"),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync_v2"),
     .ctx_destroy = get("cuCtxDestroy_v2"),

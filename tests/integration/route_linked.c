@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     .host_register = cuMemHostRegister_v2,
     .host_unregister = cuMemHostUnregister,
     .pointer_get_attribute = cuPointerGetAttribute,
+    .pointer_get_attributes = cuPointerGetAttributes,
     .get_address_range = cuMemGetAddressRange_v2,
     .memcpy_htod_async = cuMemcpyHtoDAsync_v2,
     .ctx_destroy = cuCtxDestroy_v2,

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
     .host_register = get("cuMemHostRegister", 12000, 0),
     .host_unregister = get("cuMemHostUnregister", 12000, 0),
     .pointer_get_attribute = get("cuPointerGetAttribute", 12000, 0),
+    .pointer_get_attributes = get("cuPointerGetAttributes", 12000, 0),
     .get_address_range = get("cuMemGetAddressRange", 12000, 0),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync", 12000, 0),
     .ctx_destroy = get("cuCtxDestroy", 12000, 0),

@@ -103,7 +103,8 @@ static int foreign(void) {
 
 /* Pinned host memory: cudaHostAlloc / cudaMallocHost served by the host
  * cache (by the shim itself with the hooks, else through cudart's driver
- * calls); errors, double frees included, are cudart's. */
+ * calls); cudaHostGetFlags answers as for a fresh allocation; errors,
+ * double frees included, are cudart's. */
 static int host(void) {
   void *p = NULL, *q = NULL, *r = NULL;
   CHECK(cudaFree(NULL) == cudaSuccess);
@@ -116,6 +117,17 @@ static int host(void) {
   CHECK(r != p); /* other flags */
   CHECK(stats().host_alloc == 2);
   CHECK(fake_cudart_calls() == before + (hooks ? 0 : 4));
+  /* cudaHostGetFlags asks the (hooked) driver: a portable block placed in
+   * the chunk of the mapped ones (fake_host.c) answers what a fresh
+   * portable allocation would, not the chunk's 0x2. */
+  void* s = NULL;
+  unsigned flags = 0;
+  CHECK(cudaHostAlloc(&s, 10000, cudaHostAllocPortable) == cudaSuccess);
+  CHECK(cudaHostGetFlags(&flags, s) == cudaSuccess);
+  CHECK(flags == (cudaHostAllocPortable | cudaHostAllocMapped));
+  CHECK(cudaHostGetFlags(&flags, r) == cudaSuccess);
+  CHECK(flags == cudaHostAllocMapped);
+  CHECK(cudaFreeHost(s) == cudaSuccess);
   CHECK(cudaFreeHost(q) == cudaSuccess);
   CHECK(cudaFreeHost(q) == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);

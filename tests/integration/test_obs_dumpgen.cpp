@@ -2,19 +2,72 @@
 // table from a real allocator run on the fake backend, so that
 // test_obs_report.sh can check scripts/cachalloc-report against them.
 //   test_obs_dumpgen DUMP.json TRACE.json TABLE.txt [variant]
-// variant 1 changes the workload (for `diff`).
+// variant 1 changes the workload (for `diff`) and adds a pinned host cache
+// run (the dump's "pinned_host" object, the table's pinned rows).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "caching_allocator.h"
 #include "fake_backend.h"
+#include "host_cache.h"
 #include "obs/process_observer.h"
 #include "obs/reports.h"
 #include "obs/summary_table.h"
 
 using namespace cachalloc;
+
+namespace {
+
+// Pinned memory is malloc'ed; every fence has completed when queried.
+class MallocHost final : public HostBackend {
+ public:
+  ~MallocHost() override {
+    for (void* p : live_) std::free(p);
+  }
+  Status host_alloc(std::size_t size, unsigned, void** out) override {
+    *out = std::aligned_alloc(4096, size);
+    live_.insert(*out);
+    return *out != nullptr ? kSuccess : kOutOfMemory;
+  }
+  Status host_free(void* p) override {
+    live_.erase(p);
+    std::free(p);
+    return kSuccess;
+  }
+  Status fence_record(FenceId* out) override { return *out = ++fences_, kSuccess; }
+  Status fence_query(FenceId) override { return kSuccess; }
+  Status fence_synchronize(FenceId) override { return kSuccess; }
+  void fence_destroy(FenceId) override {}
+
+ private:
+  std::set<void*> live_;
+  FenceId fences_ = 0;
+};
+
+// Four pinned allocations: three from the driver, then one served by the
+// first block freed (after a fence); one still held at the end; a 64 KiB
+// block freed over a 64 KiB limit already full goes back to the driver.
+HostStats pinned_run() {
+  MallocHost backend;
+  HostCache cache(&backend, 64 * 1024);
+  void *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
+  cache.allocate(5000, 0, 1, &a);
+  cache.allocate(70'000, 0, 1, &b);
+  cache.allocate(40'000, kHostAllocPortable, 1, &c);
+  cache.free(a);
+  cache.allocate(6000, 0, 1, &d);  // a again
+  cache.free(c);                   // 64 KiB cached: the limit
+  cache.free(b);                   // a 128 KiB class: over it, to the driver
+  HostStats s = cache.stats();
+  cache.free(d);
+  cache.empty_cache();
+  return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -53,6 +106,10 @@ int main(int argc, char** argv) {
   report.ns_inside = 123'456'789;
   report.devices.push_back(obs::DeviceReport{0, alloc0.stats(), 16 * GiB, {}});
   report.devices.push_back(obs::DeviceReport{1, alloc1.stats(), 16 * GiB, {}});
+  if (variant == 1) {
+    report.has_host = true;
+    report.host = pinned_run();
+  }
   obs::write_exit_reports(report, observer.trace_contents());
   std::ofstream(argv[3]) << obs::summary_text(report);
   return 0;

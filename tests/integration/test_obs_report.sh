@@ -1,7 +1,9 @@
 #!/bin/sh
 # test_obs_report.sh — scripts/cachalloc-report against files written by the
 # C++ writers (test_obs_dumpgen): `summary` prints the table the library
-# put in the dump (byte for byte what stats:stderr prints), `brief` says in sentences what the dump holds, `diff` compares two runs, `plot` draws a PNG (or, without
+# put in the dump (byte for byte what stats:stderr prints) and, when the
+# dump has a "pinned_host" object (variant 1), its counters under PyTorch's
+# names, `brief` says in sentences what the dump holds, `diff` compares two runs, `plot` draws a PNG (or, without
 # matplotlib in this python3 or Debian's /usr/bin/python3, says so clearly
 # and fails).
 #   test_obs_report.sh DUMPGEN REPORT_SCRIPT
@@ -18,11 +20,25 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 python3 "$report" summary "$dir/a.json" > "$dir/a-py.txt" || fail "summary exited $?"
 cmp "$dir/a-table.txt" "$dir/a-py.txt" || { diff "$dir/a-table.txt" "$dir/a-py.txt"; fail "summary differs from the C++ table"; }
-python3 "$report" summary "$dir/b.json" | cmp - "$dir/b-table.txt" || fail "summary differs (variant 1)"
+grep -q 'Pinned host' "$dir/a-py.txt" && fail "summary of a dump without pinned_host shows pinned host lines"
+# Variant 1's pinned host run (test_obs_dumpgen.cpp, pinned_run): 4 served,
+# 1 cache hit, 3 driver allocations, 1 free over the limit, 64 KiB cached.
+python3 "$report" summary "$dir/b.json" > "$dir/b-py.txt" || fail "summary exited $? (variant 1)"
+head -c "$(wc -c < "$dir/b-table.txt")" "$dir/b-py.txt" | cmp - "$dir/b-table.txt" || fail "summary differs (variant 1)"
+tail -c +"$(( $(wc -c < "$dir/b-table.txt") + 1 ))" "$dir/b-py.txt" > "$dir/b-host.txt"
+head -2 "$dir/b-host.txt" | grep -q '^Pinned host memory (torch.cuda.host_memory_stats() names' \
+  || { cat "$dir/b-host.txt"; fail "summary: no pinned host section after the table"; }
+for row in 'allocated.allocated *4' 'allocated.current *1' 'num_host_alloc *3' 'num_cache_hits *1' \
+           'num_over_limit_frees *1' 'cached_bytes *65,536' 'reserved_bytes.peak *204,800' 'host_alloc_time.count *3'; do
+  grep -q "^  $row\$" "$dir/b-host.txt" || { cat "$dir/b-host.txt"; fail "summary: pinned host row '$row'"; }
+done
+[ "$(grep -c '^  ' "$dir/b-host.txt")" -eq "$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["pinned_host"]))' "$dir/b.json")" ] \
+  || fail "summary: not every pinned_host counter shown"
 
 python3 "$report" diff "$dir/a.json" "$dir/b.json" > "$dir/diff.txt" || fail "diff exited $?"
 grep -q '^device 0 ' "$dir/diff.txt" || fail "diff has no device 0 section"
 grep -q '^device 1 ' "$dir/diff.txt" || fail "diff has no device 1 section"
+grep -q '^num_cache_hits *- *1 *$' "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "diff: pinned host rows"; }
 [ "$(grep -c 'cachalloc CUDA memory summary, device ID' "$dir/a-py.txt")" -eq 2 ] || fail "summary: expected two device tables"
 grep -q '^cuMemAlloc_v2 *120 *121 *+1$' "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "diff: cuMemAlloc_v2 row"; }
 grep -q '^allocation.all.allocated ' "$dir/diff.txt" || fail "diff: allocation row"
@@ -45,6 +61,10 @@ grep -q '^26 of the 120 allocations it served (22 %) came from its cache; it ask
   "$dir/brief.txt" || { cat "$dir/brief.txt"; fail "brief: cache line"; }
 grep -q "^Passed to the driver untouched: 3 (foreign_pointer)" "$dir/brief.txt" || fail "brief: passthrough line"
 grep -qF "Full statistics: $dir/a.json" "$dir/brief.txt" || fail "brief: no path to the dump"
+grep -q 'Pinned host' "$dir/brief.txt" && fail "brief: pinned host sentence without pinned_host"
+python3 "$report" brief "$dir/b.json" > "$dir/brief-b.txt" || fail "brief exited $? (variant 1)"
+grep -q '^Pinned host memory: 4 allocations served, 1 from its cache; 3 driver allocations and 1 driver frees (.* allocating); 65,536 bytes cached at exit.$' \
+  "$dir/brief-b.txt" || { cat "$dir/brief-b.txt"; fail "brief: pinned host sentence"; }
 python3 "$report" brief "$dir/a-trace.json" > /dev/null 2>&1 && fail "brief accepted a trace file"
 
 if python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then

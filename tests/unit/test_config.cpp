@@ -184,8 +184,9 @@ TEST_CASE("per_process_memory_fraction is in (0, 1]", "[config]") {
         "CACHALLOC_CONF: per_process_memory_fraction: '1.5' is not valid; expected a number in (0, 1]");
 }
 
-TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; off by default", "[config]") {
-  CHECK(Config{}.pinned_max_cached == 0);
+TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; 1024 MiB by default", "[config]") {
+  CHECK(Config{}.pinned_max_cached == std::size_t{1024} << 20);
+  CHECK(parse_ok("").pinned_max_cached == std::size_t{1024} << 20);
   CHECK(parse_ok("pinned_max_cached_mb:0").pinned_max_cached == 0);
   CHECK(parse_ok("pinned_max_cached_mb:64").pinned_max_cached == std::size_t{64} << 20);
   CHECK(parse_ok("pinned_max_cached_mb:Unlimited").pinned_max_cached == std::numeric_limits<std::size_t>::max());
@@ -388,7 +389,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,pinned_max_cached_mb:0,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,pinned_max_cached_mb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
