@@ -10,7 +10,7 @@
 #   2. configure + build (meson setup build-gpu -Ddeps_include=.deps/usr/include -Dbench=true; ninja)
 #   3. meson test: suites unit, integration, gpu (examples with and without the shim)
 #   4. the examples again under the launcher with stats:stderr (tail of the table shown),
-#      fidelity_patterns included; 4b. fidelity_patterns under expandable
+#      fidelity_patterns included, multi_stream with its peak and time shim/bare; 4b. fidelity_patterns under expandable
 #      segments, and its peer pattern (SKIP with one GPU)
 #   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
@@ -276,19 +276,24 @@ if [[ -n "$LAUNCHER" ]]; then shim_cmd=("$LAUNCHER" --conf stats:stderr --)
 else shim_cmd=(env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr); fi
 for ex in alloc_patterns_static alloc_patterns_shared driver_patterns \
           fidelity_patterns_static fidelity_patterns_shared \
-          per_thread_streams_static per_thread_streams_shared per_thread_streams_explicit; do
+          per_thread_streams_static per_thread_streams_shared per_thread_streams_explicit \
+          multi_stream_static multi_stream_shared; do
   prog="$BUILD/examples/$ex"
+  # multi_stream: a thread per stream (static cudart), one thread driving all
+  # streams (shared cudart); each about 10-20 s bare.
+  args=()
+  [[ $ex == multi_stream_shared ]] && args=(--mode round-robin)
   if (( ! HAVE_GPU )); then row "example $ex" SKIP "no GPU"; continue; fi
   if [[ ! -x "$prog" ]]; then row "example $ex" FAIL "not built"; continue; fi
   if [[ -z "$SHIM" ]]; then row "example $ex" FAIL "libcachalloc.so not built"; continue; fi
   echo "--- $ex without the shim"
   t0=$(date +%s%N)
-  timed "$ex-noshim" "$(budget_for 90)" env -u LD_PRELOAD "$prog"
+  timed "$ex-noshim" "$(budget_for 90)" env -u LD_PRELOAD "$prog" "${args[@]}"
   rc_bare=$?
   ms_bare=$(( ($(date +%s%N) - t0) / 1000000 ))
   echo "--- $ex under the shim"
   t0=$(date +%s%N)
-  timeout --kill-after=10 "$(budget_for 90)" "${shim_cmd[@]}" "$prog" \
+  timeout --kill-after=10 "$(budget_for 90)" "${shim_cmd[@]}" "$prog" "${args[@]}" \
     >"$WORK/$ex-shim.out" 2>"$WORK/$ex-shim.err"
   rc=$?
   ms_shim=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -305,6 +310,30 @@ for ex in alloc_patterns_static alloc_patterns_shared driver_patterns \
     notpass=$(grep -E '^[a-z_]+: (FAIL|SKIP)' "$WORK/$ex-shim.out" | grep -v '^fidelity_patterns:' |
               cut -d' ' -f1-2 | tr -d ':' | paste -sd, -)
     fig+="; patterns not passing under the shim: ${notpass:-none}"
+  fi
+  # multi_stream: the device's peak and the wall time under the shim against
+  # bare, from each run's RESULT line (issue 18: memory parity).
+  if [[ $ex == multi_stream_* ]]; then
+    fig+="; $(python3 - "$WORK/$ex-shim.out" "$WORK/$ex-noshim.log" <<'PY'
+import json, sys
+def result(path):
+    try:
+        lines = [l for l in open(path, errors="replace") if l.startswith("RESULT ")]
+        return json.loads(lines[-1][len("RESULT "):]) if lines else None
+    except (OSError, ValueError):
+        return None
+shim, bare = result(sys.argv[1]), result(sys.argv[2])
+if not shim or not bare:
+    print(f"RESULT line missing ({'shim' if not shim else 'bare'})")
+    sys.exit()
+mib = lambda b: b / 2**20
+ratio = lambda a, b: f"{a / b:.2f}x" if b else "n/a"
+print(f"peak ({shim['peak_source']}) shim {mib(shim['peak_bytes']):.0f} MiB / bare {mib(bare['peak_bytes']):.0f} MiB"
+      f" = {ratio(shim['peak_bytes'], bare['peak_bytes'])}, time shim {shim['seconds']:.2f} s / bare"
+      f" {bare['seconds']:.2f} s = {ratio(shim['seconds'], bare['seconds'])}, {shim['allocs']} allocations,"
+      f" mismatching words shim {shim['mismatches']} bare {bare['mismatches']}")
+PY
+)"
   fi
   # When alloc_patterns or fidelity_patterns fails under the shim, each
   # pattern runs alone so the row can name every failing one (a crash would
