@@ -308,18 +308,26 @@ static int any_capture(void) {
   return 0;
 }
 
-EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent e) {
-  if (e == NULL || ctx == NULL) return CUDA_ERROR_INVALID_HANDLE;
-  const char* off = getenv("FAKE_CUDA_NO_CTX_RECORD_EVENT");
-  if (off != NULL && *off == '1') return CUDA_ERROR_NOT_SUPPORTED;
-  fake_lock();
-  CUresult r = fake_fault(FAULT_EVENT_RECORD);
+/* What cuCtxRecordEvent and cuCtxWaitEvent check first (lock held): an
+ * injected fault, objects of a dead context, and any capture in flight,
+ * which both refuse and invalidate. */
+static CUresult ctx_event_checks(CUcontext ctx, CUevent e, enum fake_fault_point point) {
+  CUresult r = fake_fault(point);
   if (r == CUDA_SUCCESS && (event_dead(e) || !fake_ctx_live(ctx, ctx->generation))) r = fake_dead_call();
   if (r == CUDA_SUCCESS && any_capture()) {
     for (struct CUstream_st* o = fake.streams; o; o = o->next)
       if (o->capturing && !o->capture_invalidated) o->capture_invalidated = 1, fake.stats.capture_invalidations++;
     r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
+  return r;
+}
+
+EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent e) {
+  if (e == NULL || ctx == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  const char* off = getenv("FAKE_CUDA_NO_CTX_RECORD_EVENT");
+  if (off != NULL && *off == '1') return CUDA_ERROR_NOT_SUPPORTED;
+  fake_lock();
+  CUresult r = ctx_event_checks(ctx, e, FAULT_EVENT_RECORD);
   if (r == CUDA_SUCCESS) {
     fake.stats.event_record++;
     fake.stats.ctx_record_event++;
@@ -343,13 +351,7 @@ EXPORT CUresult cuCtxWaitEvent(CUcontext ctx, CUevent e) {
   const char* off = getenv("FAKE_CUDA_NO_CTX_WAIT_EVENT");
   if (off != NULL && *off == '1') return CUDA_ERROR_NOT_SUPPORTED;
   fake_lock();
-  CUresult r = fake_fault(FAULT_CTX_WAIT_EVENT);
-  if (r == CUDA_SUCCESS && (event_dead(e) || !fake_ctx_live(ctx, ctx->generation))) r = fake_dead_call();
-  if (r == CUDA_SUCCESS && any_capture()) {
-    for (struct CUstream_st* o = fake.streams; o; o = o->next)
-      if (o->capturing && !o->capture_invalidated) o->capture_invalidated = 1, fake.stats.capture_invalidations++;
-    r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
+  CUresult r = ctx_event_checks(ctx, e, FAULT_CTX_WAIT_EVENT);
   if (r == CUDA_SUCCESS) {
     fake.stats.ctx_wait_event++;
     /* Completed waits are dropped first, so that a long run never fills the table. */
