@@ -291,7 +291,7 @@ class CachingAllocator {
   Block* join_waiting(BlockPool& pool, std::size_t size, StreamId stream);
   bool join_fences();
   struct FenceBatch;
-  void retire_fence(const FenceBatch& f);
+  void retire_fence(FenceBatch f);
   void wait_fences();
   void flush_deferred();
   void complete_batch(Block* blocks);

@@ -146,7 +146,8 @@ void CachingAllocator::wait_fences() {
 }
 
 // The oldest fence, complete: its blocks go back to their pools.
-void CachingAllocator::retire_fence(const FenceBatch& f) {
+// (By value: callers pass fences_.front(), which the pop below destroys.)
+void CachingAllocator::retire_fence(FenceBatch f) {
   fences_.pop_front();
   fenced_count_ -= f.count;
   fenced_bytes_ -= f.bytes;
