@@ -21,6 +21,11 @@ Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
   out->segment = seg->base;
   out->segment_size = seg->size;
   out->expandable = seg->expandable;
+  out->tag = seg->tag;
+  if (seg->tag != kUntagged) {
+    auto ts = tags_.find(seg->tag);
+    out->paused = ts != tags_.end() && ts->second.paused;
+  }
   // The common query names a block's start: one hash lookup.  An interior
   // pointer walks the segment's blocks (address order).
   const Block* b = find_live(ptr);

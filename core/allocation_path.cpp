@@ -98,6 +98,32 @@ Status CachingAllocator::notify_alloc_unlock(Block* block, StreamId stream) {
   return kSuccess;
 }
 
+// A tagged request: the miss path with serving_tag_ set, so that it
+// searches and grows only the tag's segments (take_free_block, grow).  The
+// held block is never tagged (tagged segments are expandable).
+Status CachingAllocator::malloc_tagged(DevicePtr* out, std::size_t size, StreamId stream, TagId tag) {
+  if (tag == kUntagged) return malloc(out, size, stream);
+  std::lock_guard lock(mutex_);
+  if (out == nullptr || size == 0) return kInvalidValue;
+  if (tag_state(tag).paused) return kTagPaused;
+  if (size > kMaxRequestSize) [[unlikely]] {
+    settle_held();
+    report_oom(size, size, stream);
+    return kOutOfMemory;
+  }
+  if (pending_count_ != 0 || !unsynced_.empty()) process_events();
+  const std::size_t rounded = round_size(size, config_);
+  BlockPool& pool = pool_for(is_small_request(rounded));
+  Status err = kSuccess;
+  serving_tag_ = tag;
+  Block* block = malloc_miss(pool, size, rounded, stream, &err);
+  serving_tag_ = kUntagged;
+  if (block == nullptr) return err;
+  *out = block->ptr;
+  notify(TraceKind::alloc, block->ptr, block->size, stream);
+  return kSuccess;
+}
+
 // A block from the pools or the device, carved and live; nullptr (and *err)
 // when there is none.
 Block* CachingAllocator::malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream,
@@ -138,7 +164,7 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
 // More memory from the device: a new segment, or pages mapped into the
 // stream's expandable segment.
 Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err) {
-  if (config_.expandable_segments) return grow_expandable(pool, size, stream, is_retry, err);
+  if (config_.expandable_segments || serving_tag_ != kUntagged) return grow_expandable(pool, size, stream, is_retry, err);
   return new_segment(pool, size, stream, is_retry, err);
 }
 
@@ -148,7 +174,8 @@ Block* CachingAllocator::grow(BlockPool& pool, std::size_t size, StreamId stream
 // max_non_split_rounding.
 Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, StreamId stream) {
   if (gc_on_) ++pool.lookups;
-  Block* block = pool.blocks.best_fit(stream, size);
+  Block* block = serving_tag_ == kUntagged ? pool.blocks.best_fit(stream, size)
+                                           : pool.blocks.best_fit_tagged(stream, serving_tag_, size);
   if (block == nullptr) return nullptr;
   const std::size_t max_split = config_.max_split_size;
   if (size < max_split && block->size >= max_split) return nullptr;
@@ -188,7 +215,9 @@ Block* CachingAllocator::add_segment(Segment* segment) {
   block->stream = segment->stream;
   block->segment = segment;
   segment->head = block;
-  segment->bins = pool_for(segment->small).blocks.bins_for(segment->stream);
+  FreeIndex& index = pool_for(segment->small).blocks;
+  segment->bins = segment->tag == kUntagged ? index.bins_for(segment->stream)
+                                            : index.tagged_bins_for(segment->stream, segment->tag);
   segments_.emplace(segment->base, segment);
   stats_.segment.increase(segment->small, 1);
   return block;

@@ -1,4 +1,5 @@
-// backend.cpp — DeviceBackend's default fence: one event on the legacy stream.
+// backend.cpp — DeviceBackend's defaults: a fence is one event on the legacy
+// stream; backups (host memory, copies) are not supported.
 #include "backend.h"
 
 namespace cachalloc {
@@ -21,5 +22,14 @@ Status DeviceBackend::fence_query(FenceId fence) { return event_query(fence); }
 Status DeviceBackend::fence_synchronize(FenceId fence) { return event_synchronize(fence); }
 void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
 Status DeviceBackend::fence_join(FenceId) { return kNotSupported; }
+
+Status DeviceBackend::host_alloc(std::size_t, void** out) {
+  *out = nullptr;
+  return kNotSupported;
+}
+void DeviceBackend::host_free(void*) {}
+Status DeviceBackend::copy_to_host_async(void*, DevicePtr, std::size_t) { return kNotSupported; }
+Status DeviceBackend::copy_to_device_async(DevicePtr, const void*, std::size_t) { return kNotSupported; }
+Status DeviceBackend::copy_synchronize() { return kNotSupported; }
 
 }  // namespace cachalloc

@@ -72,6 +72,16 @@ class DeviceBackend {
   // Grants (enable) or revokes read/write access of another device to a
   // mapped range (peer access for expandable segments).
   virtual Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) = 0;
+
+  // Backups of paused tags (pause_path.cpp): pinned host memory, and copies
+  // between it and the device on a stream of the backend's own, ordered
+  // after nothing (the caller has synchronized the device first);
+  // copy_synchronize waits for every copy issued.  kNotSupported by default.
+  virtual Status host_alloc(std::size_t size, void** out);
+  virtual void host_free(void* ptr);
+  virtual Status copy_to_host_async(void* dst, DevicePtr src, std::size_t size);
+  virtual Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t size);
+  virtual Status copy_synchronize();
 };
 
 }  // namespace cachalloc

@@ -21,6 +21,13 @@
 //    reservation whose blocks may be unmapped: an unmapped block is page-
 //    aligned, never allocated, in no pool, and never next to another
 //    unmapped block.  Reserved bytes count mapped pages only.
+//  * Tags (pause_path.cpp): a segment belongs to one tag, and every block of
+//    a tagged segment to that tag, because a tagged request searches only its
+//    tag's bins and grows only its tag's segments.  Tagged segments are
+//    always expandable-style reservations.  While its tag is paused a page
+//    of a mapped block may be released (paused[i]: handles[i] == 0, the
+//    block stays mapped in its state); such pages count in no reserved
+//    bytes, and resume maps exactly them again.
 #pragma once
 
 #include <cstddef>
@@ -73,6 +80,9 @@ struct Segment {
   std::size_t page = 0;
   std::vector<MemHandle> handles;
   int retained = 0;            // retained blocks (see above)
+  TagId tag = kUntagged;       // the tag of every block in it (set at creation)
+  std::vector<bool> paused;    // tagged segments: pages released by a pause (see above)
+  std::size_t paused_pages = 0;  // how many are set in `paused`
   StreamBins* bins = nullptr;  // where its free blocks are indexed (its stream's, its pool's)
 };
 

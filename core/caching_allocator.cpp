@@ -30,6 +30,9 @@ CachingAllocator::~CachingAllocator() {
   synchronize_events();
   release_all_cached();
   for (EventId e : spare_events_) backend_->event_destroy(e);
+  for (auto& [tag, ts] : tags_)
+    if (ts.host != nullptr) backend_->host_free(ts.host);
+  release_orphans();
   for (auto& [base, seg] : segments_) {
     for (Block* b = seg->head; b != nullptr;) {
       Block* next = b->next;
@@ -154,6 +157,8 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
   out.reserve(segments_.size());
   for (const auto& [base, seg] : segments_) {
     SegmentInfo info{seg->base, seg->size, seg->stream, seg->small, seg->expandable, {}};
+    info.tag = seg->tag;
+    info.paused_bytes = seg->paused_pages * seg->page;
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
       const BlockState state = !b->mapped          ? BlockState::unmapped
                                : b->allocated      ? BlockState::allocated

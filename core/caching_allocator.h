@@ -43,6 +43,7 @@
 #include "size_policy.h"
 #include "allocator_stats.h"
 #include "stats.h"
+#include "tag_state.h"
 
 namespace cachalloc {
 
@@ -67,6 +68,8 @@ struct AddressInfo {
   DevicePtr segment = 0;     // the segment (driver allocation or reservation) holding ptr
   std::size_t segment_size = 0;
   bool expandable = false;
+  TagId tag = kUntagged;     // the segment's tag
+  bool paused = false;       // its tag is paused (pages released)
 };
 
 class CachingAllocator {
@@ -81,6 +84,29 @@ class CachingAllocator {
   // Allocates `size` bytes for use on `stream`.  kInvalidValue for size 0,
   // kOutOfMemory after the retry path, or a backend error.
   Status malloc(DevicePtr* out, std::size_t size, StreamId stream);
+
+  // Like malloc(), for the tag `tag` (kUntagged: malloc()): the block comes
+  // from the tag's own segments (virtual reservations whatever
+  // expandable_segments says), never shared with another tag.  kTagPaused
+  // while the tag is paused (nothing changes).
+  Status malloc_tagged(DevicePtr* out, std::size_t size, StreamId stream, TagId tag);
+
+  // Pause and resume (pause_path.cpp).  pause(): waits for the device, copies
+  // the tag's live blocks to pinned host memory when the tag asks for a
+  // backup, then unmaps and releases every physical page of the tag's
+  // segments (cached free blocks included); the addresses stay reserved.
+  // resume(): maps new pages at the same addresses and restores the backup.
+  // A second pause (resume) is a no-op: *no_op is set.  On error the tag is
+  // left consistent: resume leaves it paused (and resumable); pause leaves
+  // it running when it released nothing, else paused with pages still held
+  // (pause again finishes, resume undoes).  kInvalidValue for kUntagged.
+  Status pause(TagId tag, bool* no_op = nullptr);
+  Status resume(TagId tag, bool* no_op = nullptr);
+  // Whether the tag's live blocks are copied to host memory at its pauses.
+  void set_tag_backup(TagId tag, bool backup);
+  bool tag_paused(TagId tag) const;
+  // One entry per tag this allocator has seen (kUntagged excluded).
+  std::vector<TagStats> tag_stats() const;
 
   // Returns a live block.  kNotOwned when `ptr` lies outside every segment
   // (the caller passes it on to the driver); kInvalidValue when it is inside
@@ -266,6 +292,22 @@ class CachingAllocator {
   void collect_garbage();
   void report_oom(std::size_t requested, std::size_t rounded, StreamId stream);
 
+  // Pause and resume (pause_path.cpp).
+  TagState& tag_state(TagId tag);
+  template <typename Fn>
+  void for_tag_segments(TagId tag, Fn&& fn) {
+    for (Segment* seg : expandable_)
+      if (seg->tag == tag) fn(seg);
+  }
+  Status release_tag_pages(TagId tag, std::size_t* released);
+  Status release_page(Segment* seg, std::size_t i);
+  void drop_page(Segment* seg, std::size_t i);
+  Status map_paused_pages(TagId tag);
+  void forget_free_pages_of(TagId tag);
+  Status take_backup(TagId tag, TagState& ts);
+  Status restore_backup(TagState& ts);
+  void release_orphans();
+
   // Expandable segments (expandable.cpp).
   Block* grow(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Segment* expandable_for(BlockPool& pool, StreamId stream, Status* err);
@@ -275,7 +317,7 @@ class CachingAllocator {
   Status set_access_of_mapped(int peer, bool enable);
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);
-  std::size_t unmap_free_block(Block* b);
+  std::size_t unmap_free_block(Block* b, bool released = false);
   void add_free_remnant(Block* b);
   void unmap_all_free_pages();
   std::size_t mapped_bytes(const Segment* seg) const;
@@ -383,6 +425,13 @@ class CachingAllocator {
   AllocatorObserver* observer_ = nullptr;
   std::uint64_t next_id_ = 0;   // allocation serials (Block::id)
   std::vector<int> peers_;      // devices granted access to expandable pages
+  // The tag a tagged malloc is serving, while it holds the lock (else
+  // kUntagged): the miss path searches and grows that tag's segments only.
+  TagId serving_tag_ = kUntagged;
+  std::map<TagId, TagState> tags_;
+  // Physical handles a failed driver call left unreleased: released at the
+  // next pause, resume or destruction (never lost).
+  std::vector<MemHandle> orphans_;
   bool accumulated_reset_ = false;  // validate() can check allocated - freed == current until then
 };
 

@@ -25,7 +25,7 @@ std::size_t round_down(std::size_t n, std::size_t unit) { return n / unit * unit
 
 Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Status* err) {
   for (Segment* seg : expandable_)
-    if (seg->small == pool.small && seg->stream == stream) return seg;
+    if (seg->small == pool.small && seg->stream == stream && seg->tag == serving_tag_) return seg;
   const std::size_t page = pool.small ? kSmallBuffer : kLargeBuffer;
   // Room for the whole device and then some, as PyTorch reserves: address
   // space is cheap, and one stream may end up holding most of the memory.
@@ -35,6 +35,8 @@ Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Stat
   if (*err != kSuccess) return nullptr;
   auto* seg = new Segment{base, size, stream, pool.small, nullptr, true, page, {}};
   seg->handles.assign(size / page, 0);
+  seg->tag = serving_tag_;
+  if (seg->tag != kUntagged) seg->paused.assign(size / page, false);
   add_segment(seg)->mapped = false;  // address space only, until pages are mapped
   expandable_.push_back(seg);
   return seg;
@@ -160,7 +162,9 @@ Block* CachingAllocator::split_off_front(Block* b, std::size_t bytes) {
 
 // Unmaps every whole page inside the free block `b`; what is left of `b`
 // on either side stays a free mapped block.  Returns the bytes unmapped.
-std::size_t CachingAllocator::unmap_free_block(Block* b) {
+// `released`: a pause released those pages already (pause_path.cpp); they
+// only stop being paused, with no driver call.
+std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
   Segment* seg = b->segment;
   const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
   const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
@@ -178,9 +182,14 @@ std::size_t CachingAllocator::unmap_free_block(Block* b) {
     add_free_remnant(b);
   }
   if (hi < middle->ptr + middle->size) add_free_remnant(split_off_front(middle, hi - middle->ptr)->next);
-  unmap_pages(seg, lo, hi - lo);
+  if (released) {
+    for (std::size_t i = (lo - seg->base) / seg->page; i < (hi - seg->base) / seg->page; ++i) seg->paused[i] = false;
+    seg->paused_pages -= (hi - lo) / seg->page;
+  } else {
+    unmap_pages(seg, lo, hi - lo);
+    stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(hi - lo));
+  }
   middle->mapped = false;
-  stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(hi - lo));
   notify(TraceKind::segment_unmap, lo, hi - lo, seg->stream);
   for (Block* n : {middle->prev, middle->next})
     if (n != nullptr && !n->mapped) absorb(middle, n);
@@ -200,7 +209,7 @@ void CachingAllocator::unmap_all_free_pages() {
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> free_blocks;
     for (Block* b : pool->blocks.all())
-      if (b->segment->expandable) free_blocks.push_back(b);
+      if (b->segment->expandable && b->segment->paused_pages == 0) free_blocks.push_back(b);  // (paused: nothing mapped to give)
     for (Block* b : free_blocks) unmap_free_block(b);
   }
   // A reservation with nothing mapped goes back too.
@@ -224,11 +233,12 @@ std::size_t CachingAllocator::mapped_bytes(const Segment* seg) const {
   std::size_t n = 0;
   for (const Block* b = seg->head; b != nullptr; b = b->next)
     if (b->mapped) n += b->size;
-  return n;
+  return n - seg->paused_pages * seg->page;  // released by a pause: held by nobody
 }
 
 std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
   std::size_t n = 0;
+  if (seg->paused_pages != 0) return 0;  // paused: its free pages went at the pause
   for (const Block* b = seg->head; b != nullptr; b = b->next) {
     if (b->allocated || b->retained || !b->mapped) continue;
     const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);

@@ -25,7 +25,9 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -38,8 +40,9 @@ class StreamBins {
   static constexpr int kLinear = 32;   // second-level steps per power of two
   static constexpr int kLevels = 52;   // first-level bins (sizes up to 2^60)
 
-  explicit StreamBins(StreamId stream) : stream_(stream) {}
+  explicit StreamBins(StreamId stream, TagId tag = kUntagged) : stream_(stream), tag_(tag) {}
   StreamId stream() const { return stream_; }
+  TagId tag() const { return tag_; }
   std::size_t count() const { return count_; }
 
   // The bin of a block of `size` bytes: sizes below 16 KiB have a bin each
@@ -120,6 +123,7 @@ class StreamBins {
   }
 
   StreamId stream_;
+  TagId tag_;
   std::size_t count_ = 0;
   std::uint64_t level1_ = 0;
   std::uint32_t level2_[kLevels] = {};
@@ -127,7 +131,10 @@ class StreamBins {
 };
 
 // All streams' bins of one pool.  StreamBins are created on a stream's
-// first segment and kept (segments point at them).
+// first segment and kept (segments point at them).  Tagged segments have
+// bins of their own per (stream, tag), kept apart from the untagged ones
+// (which alone use the one-entry cache `last_`): a tagged request searches
+// only its tag's bins, so blocks of two tags never meet.
 class FreeIndex {
  public:
   // The bins of `stream`, created on first use.
@@ -149,6 +156,20 @@ class FreeIndex {
     StreamBins* bins = find(stream);
     return bins == nullptr ? nullptr : bins->best_fit(size);
   }
+  // The same for a tagged request (tag != kUntagged).
+  StreamBins* tagged_bins_for(StreamId stream, TagId tag) {
+    auto& slot = by_tag_[{stream, tag}];
+    if (!slot) slot = std::make_unique<StreamBins>(stream, tag);
+    return slot.get();
+  }
+  const StreamBins* find_tagged(StreamId stream, TagId tag) const {
+    auto it = by_tag_.find({stream, tag});
+    return it == by_tag_.end() ? nullptr : it->second.get();
+  }
+  Block* best_fit_tagged(StreamId stream, TagId tag, std::size_t size) const {
+    const StreamBins* bins = find_tagged(stream, tag);
+    return bins == nullptr ? nullptr : bins->best_fit(size);
+  }
   void insert(Block* b) {
     b->segment->bins->insert(b);
     ++count_;
@@ -164,18 +185,24 @@ class FreeIndex {
     std::vector<Block*> out;
     out.reserve(count_);
     for (const auto& [stream, bins] : by_stream_) bins->for_each([&](Block* b) { out.push_back(b); });
+    for (const auto& [key, bins] : by_tag_) bins->for_each([&](Block* b) { out.push_back(b); });
     return out;
   }
-  // The free blocks of one stream.
+  // The free blocks of one stream (every tag's).
   std::vector<Block*> on_stream(StreamId stream) const {
     std::vector<Block*> out;
     if (const StreamBins* bins = find(stream)) bins->for_each([&](Block* b) { out.push_back(b); });
+    for (const auto& [key, bins] : by_tag_)
+      if (key.first == stream) bins->for_each([&](Block* b) { out.push_back(b); });
     return out;
   }
-  const StreamBins* bins_of(StreamId stream) const { return find(stream); }
+  const StreamBins* bins_of(StreamId stream, TagId tag = kUntagged) const {
+    return tag == kUntagged ? find(stream) : find_tagged(stream, tag);
+  }
 
  private:
   std::unordered_map<StreamId, std::unique_ptr<StreamBins>> by_stream_;
+  std::map<std::pair<StreamId, TagId>, std::unique_ptr<StreamBins>> by_tag_;  // tagged segments' bins
   mutable StreamBins* last_ = nullptr;
   std::size_t count_ = 0;
 };

@@ -69,6 +69,8 @@ struct SegmentInfo {
   bool small_pool;
   bool expandable = false;        // a virtual reservation grown by mapping pages
   std::vector<BlockInfo> blocks;  // in address order
+  TagId tag = kUntagged;          // pause_path.cpp
+  std::size_t paused_bytes = 0;   // pages released by a pause of its tag
 };
 
 }  // namespace cachalloc

@@ -21,12 +21,19 @@ inline constexpr Status kNotSupported = 801; // CUDA_ERROR_NOT_SUPPORTED
 // Not a driver code: the pointer lies outside every segment the allocator
 // owns, so the caller should hand it to the real driver.
 inline constexpr Status kNotOwned = -1;
+// Not a driver code: an allocation asked for memory of a paused tag
+// (pause_path.cpp).  The shim answers CUDA_ERROR_OUT_OF_MEMORY and logs.
+inline constexpr Status kTagPaused = -2;
 
 using DevicePtr = std::uintptr_t;  // CUdeviceptr
 using StreamId = std::uintptr_t;   // CUstream; 0 is the legacy default stream
 using EventId = std::uintptr_t;    // CUevent
 using MemHandle = std::uintptr_t;  // CUmemGenericAllocationHandle
 using FenceId = std::uintptr_t;    // a backend's fence (backend.h)
+// A tag groups allocations that are paused and resumed together
+// (pause_path.cpp); 0 is "untagged", which is never paused.
+using TagId = std::uint32_t;
+inline constexpr TagId kUntagged = 0;
 
 inline constexpr std::size_t KiB = 1024;
 inline constexpr std::size_t MiB = 1024 * KiB;

@@ -3,6 +3,7 @@
 // Walks every segment and block, checks the structural invariants written in
 // block.h, and recounts every statistic from scratch; throws InvariantError
 // naming the first violation.  Tests call it after every operation.
+#include <algorithm>
 #include <sstream>
 #include <unordered_set>
 
@@ -67,6 +68,16 @@ void CachingAllocator::validate() const {
     rc.s.segment.increase(small, 1);
     rc.s.reserved_bytes.increase(small, static_cast<std::int64_t>(mapped_bytes(seg)));
     if (!seg->expandable && seg->size >= config_.max_split_size) rc.s.oversize_segments.increase(1);
+    if (seg->tag != kUntagged) {
+      check(seg->expandable, "tagged segment is not a reservation", base);
+      check(std::count(seg->paused.begin(), seg->paused.end(), true) == static_cast<std::ptrdiff_t>(seg->paused_pages),
+            "segment's paused page count disagrees with its pages", base);
+      auto ts = tags_.find(seg->tag);
+      check(seg->paused_pages == 0 || (ts != tags_.end() && ts->second.paused), "paused pages in a running tag",
+            base);
+    } else {
+      check(seg->paused_pages == 0, "paused pages in an untagged segment", base);
+    }
     DevicePtr expect = seg->base;
     // The held block and its successor count as one block (reuse_path.cpp).
     const bool holds = held_ != nullptr && held_->segment == seg;
@@ -93,8 +104,11 @@ void CachingAllocator::validate() const {
         // A mapped block's pages all have handles; an unmapped block's none.
         const std::size_t first = (b->ptr - seg->base) / seg->page;
         const std::size_t last = (b->ptr + b->size - 1 - seg->base) / seg->page;
-        for (std::size_t i = first; i <= last; ++i)
-          check((seg->handles[i] != 0) == b->mapped, "page mapping disagrees with block state", b->ptr);
+        for (std::size_t i = first; i <= last; ++i) {
+          const bool paused = seg->tag != kUntagged && seg->paused[i];
+          check(!(paused && seg->handles[i] != 0), "paused page still has a handle", b->ptr);
+          check((seg->handles[i] != 0 || paused) == b->mapped, "page mapping disagrees with block state", b->ptr);
+        }
       }
       if (b->retained) {
         ++retained;
@@ -111,8 +125,8 @@ void CachingAllocator::validate() const {
         held_seen = true;
       }
       else check(pooled == b->is_free(), "free block missing from its pool, or busy block in it", b->ptr);
-      check(seg->bins == pool.blocks.bins_of(seg->stream), "segment indexed in another stream's or pool's bins",
-            b->ptr);
+      check(seg->bins == pool.blocks.bins_of(seg->stream, seg->tag),
+            "segment indexed in another stream's, pool's or tag's bins", b->ptr);
       if (pooled) {
         ++free_in_pools;
         if (const char* why = seg->bins->check(b)) check(false, why, b->ptr);

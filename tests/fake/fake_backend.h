@@ -88,6 +88,7 @@ class FakeBackend final : public DeviceBackend {
     auto it = segments_.find(ptr);
     if (it == segments_.end()) throw std::logic_error("FakeBackend: segment_free of an unknown pointer");
     used_ -= it->second;
+    segment_contents_.erase(it->first);
     segments_.erase(it);
     return kSuccess;
   }
@@ -214,6 +215,7 @@ class FakeBackend final : public DeviceBackend {
   bool device_ordered_after(std::uint64_t t) const { return joined_at_ > t; }
 
   Status synchronize_device() override {
+    if (fault()) return 999;
     ++device_syncs;
     device_synced_at_ = ++clock_;
     complete_all_events();
@@ -242,6 +244,7 @@ class FakeBackend final : public DeviceBackend {
     return kSuccess;
   }
   Status vm_create(std::size_t size, MemHandle* out) override {
+    if (fault()) return kOutOfMemory;
     ++alloc_calls;
     if (fail_next_ > 0) {
       --fail_next_;
@@ -258,14 +261,17 @@ class FakeBackend final : public DeviceBackend {
     return kSuccess;
   }
   Status vm_release(MemHandle h) override {
+    if (fault()) return 999;
     ++free_calls;
     auto it = handles_.find(h);
     if (it == handles_.end()) throw std::logic_error("FakeBackend: vm_release of an unknown handle");
     used_ -= it->second;
     handles_.erase(it);
+    contents_.erase(h);
     return kSuccess;
   }
   Status vm_map(DevicePtr at, std::size_t size, MemHandle h) override {
+    if (fault()) return 999;
     if (handles_.count(h) == 0 || handles_[h] != size) throw std::logic_error("FakeBackend: vm_map of a bad handle");
     if (at % (2 * MiB) != 0) throw std::logic_error("FakeBackend: vm_map not granule-aligned");
     auto r = reservations_.upper_bound(at);
@@ -275,6 +281,7 @@ class FakeBackend final : public DeviceBackend {
     return kSuccess;
   }
   Status vm_unmap(DevicePtr at, std::size_t size) override {
+    if (fault()) return 999;
     if (mappings_.erase(at) == 0) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
     for (auto& [device, pages] : peer_access_)
       for (DevicePtr p = at; p < at + size; p += 2 * MiB) pages.erase(p);
@@ -299,6 +306,49 @@ class FakeBackend final : public DeviceBackend {
     return it != peer_access_.end() && it->second.count(p - p % (2 * MiB)) != 0;
   }
   void fail_next_access(int n) { fail_next_access_ = n; }
+
+  // ---- memory contents, host memory and copies (pause backups) ----
+  // Device memory behind mapped pages is modelled byte for byte (lazily,
+  // per physical handle): write/read go through the mappings, so touching
+  // an unmapped (paused) address throws, and a new handle reads as zeros.
+  void write(DevicePtr p, const void* src, std::size_t n) { access(p, const_cast<void*>(src), n, true); }
+  void read(DevicePtr p, void* dst, std::size_t n) { access(p, dst, n, false); }
+  Status host_alloc(std::size_t size, void** out) override {
+    if (fault()) return kOutOfMemory;
+    *out = new unsigned char[size];
+    ++live_host_;
+    return kSuccess;
+  }
+  void host_free(void* p) override {
+    delete[] static_cast<unsigned char*>(p);
+    --live_host_;
+  }
+  Status copy_to_host_async(void* dst, DevicePtr src, std::size_t n) override {
+    if (fault()) return 999;
+    ++copies;
+    read(src, dst, n);
+    return kSuccess;
+  }
+  Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t n) override {
+    if (fault()) return 999;
+    ++copies;
+    write(dst, src, n);
+    return kSuccess;
+  }
+  Status copy_synchronize() override { return fault() ? 999 : kSuccess; }
+  int copies = 0;
+  int live_host() const { return live_host_; }
+  std::size_t live_handles() const { return handles_.size(); }
+
+  // Fault injection over the calls of pause and resume: synchronize_device,
+  // vm_create/map/unmap/release, host_alloc and the copies.  The call `n`
+  // (0-based) from now fails once; calls_seen() counts them.
+  void fail_call_at(int n) {
+    fault_at_ = n;
+    calls_seen_ = 0;
+  }
+  int calls_seen() const { return calls_seen_; }
+  bool fault_fired() const { return fault_fired_; }
   std::size_t live_mappings() const { return mappings_.size(); }
   std::size_t live_reservations() const { return reservations_.size(); }
 
@@ -351,6 +401,52 @@ class FakeBackend final : public DeviceBackend {
         fence_done_at_ = std::max(fence_done_at_, f.at);
   }
 
+  bool fault() {
+    const bool hit = fault_at_ >= 0 && calls_seen_ == fault_at_;
+    ++calls_seen_;
+    if (hit) {
+      fault_at_ = -1;
+      fault_fired_ = true;
+    }
+    return hit;
+  }
+  void access(DevicePtr p, void* buf, std::size_t n, bool to_device) {
+    auto* bytes = static_cast<unsigned char*>(buf);
+    while (n > 0) {
+      auto seg = segments_.upper_bound(p);  // a plain segment (segment_alloc)?
+      if (seg != segments_.begin() && p < std::prev(seg)->first + std::prev(seg)->second) {
+        --seg;
+        auto& data = segment_contents_[seg->first];
+        if (data.empty()) data.assign(seg->second, 0);
+        const std::size_t off = p - seg->first;
+        if (off + n > seg->second) throw std::logic_error("FakeBackend: access past a segment");
+        if (to_device) std::copy(bytes, bytes + n, data.begin() + static_cast<std::ptrdiff_t>(off));
+        else std::copy(data.begin() + static_cast<std::ptrdiff_t>(off), data.begin() + static_cast<std::ptrdiff_t>(off + n), bytes);
+        return;
+      }
+      auto m = mappings_.upper_bound(p);
+      if (m == mappings_.begin()) throw std::logic_error("FakeBackend: access to unmapped memory");
+      --m;
+      const std::size_t len = handles_.at(m->second);
+      if (p >= m->first + len) throw std::logic_error("FakeBackend: access to unmapped memory");
+      auto& data = contents_[m->second];
+      if (data.empty()) data.assign(len, 0);
+      const std::size_t off = p - m->first;
+      const std::size_t k = std::min(n, len - off);
+      if (to_device) std::copy(bytes, bytes + k, data.begin() + static_cast<std::ptrdiff_t>(off));
+      else std::copy(data.begin() + static_cast<std::ptrdiff_t>(off), data.begin() + static_cast<std::ptrdiff_t>(off + k), bytes);
+      p += k;
+      bytes += k;
+      n -= k;
+    }
+  }
+
+  int fault_at_ = -1;
+  int calls_seen_ = 0;
+  bool fault_fired_ = false;
+  int live_host_ = 0;
+  std::map<MemHandle, std::vector<unsigned char>> contents_;
+  std::map<DevicePtr, std::vector<unsigned char>> segment_contents_;
   std::size_t total_;
   std::size_t used_ = 0;
   std::size_t foreign_ = 0;

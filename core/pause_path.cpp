@@ -1,0 +1,330 @@
+// pause_path.cpp — pausing a tag: its physical pages go back to the device,
+// its addresses stay; resuming maps new pages at the same addresses.
+//
+// Why it is safe by construction: a tag's blocks live in segments of their
+// own (block.h), all virtual reservations mapped page by page
+// (expandable.cpp), so a pause walks the tag's segments only and can never
+// release a page that another tag's block uses (torch_memory_saver #85).
+//
+// pause(tag):
+//   1. synchronize the device, then complete pending events and fences:
+//      no kernel may still use the tag's memory, and blocks freed before
+//      come back to their pools (the device synchronization is the "wait
+//      for the work that may use the tag's memory": documented in PAUSE.md);
+//   2. backup (tags that ask for one): every live block is copied to one
+//      pinned host buffer, in chunks, asynchronously on the backend's copy
+//      stream, then waited for once;
+//   3. every mapped page of the tag is unmapped and released and marked
+//      paused (Segment::paused), stopping at the first failure;
+//   4. once all are released, the whole pages of free blocks stop being
+//      paused and become unmapped address space (as expandable segments
+//      unmap cached pages): a resume will not map them.
+// resume(tag): pages of blocks freed while paused are forgotten the same
+//   way; then a new page is mapped at every paused page (all or nothing),
+//   and the backup restored (all or nothing: on failure the pages go again).
+//
+// While paused: malloc in the tag answers kTagPaused; free works on the
+// block records only, touching no page (torch_memory_saver #92); the tag's
+// free pages are in no cache trim.  Failures never lose a handle: a handle
+// that a failed release left over is kept in orphans_ and released later.
+#include <chrono>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+namespace {
+
+// Backup copies are issued in chunks, so that a copy engine interleaves
+// them with other traffic and no single call is huge.
+constexpr std::size_t kBackupChunk = 64 * MiB;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TagState& CachingAllocator::tag_state(TagId tag) { return tags_[tag]; }
+
+void CachingAllocator::set_tag_backup(TagId tag, bool backup) {
+  if (tag == kUntagged) return;
+  std::lock_guard lock(mutex_);
+  tag_state(tag).backup = backup;
+}
+
+bool CachingAllocator::tag_paused(TagId tag) const {
+  std::lock_guard lock(mutex_);
+  auto it = tags_.find(tag);
+  return it != tags_.end() && it->second.paused;
+}
+
+Status CachingAllocator::pause(TagId tag, bool* no_op) {
+  if (no_op != nullptr) *no_op = false;
+  if (tag == kUntagged) return kInvalidValue;
+  std::lock_guard lock(mutex_);
+  TagState& ts = tag_state(tag);
+  bool mapped = false;
+  for_tag_segments(tag, [&](Segment* seg) {
+    for (MemHandle h : seg->handles) mapped = mapped || h != 0;
+  });
+  if (ts.paused && !mapped) {
+    if (no_op != nullptr) *no_op = true;
+    return kSuccess;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  release_orphans();
+  settle_held();
+  Status st = backend_->synchronize_device();
+  if (st != kSuccess) return st;
+  ++stats_.num_sync_all_streams;
+  synchronize_events();  // pending and deferred frees of the tag come back to its pools
+  if (!ts.paused) {
+    if (ts.backup) {
+      st = take_backup(tag, ts);
+      if (st != kSuccess) return st;
+    }
+    ts.paused = true;  // from here its mallocs are refused
+  }
+  std::size_t released = 0;
+  st = release_tag_pages(tag, &released);
+  if (st != kSuccess) {
+    bool any_paused = false;
+    for_tag_segments(tag, [&](Segment* seg) { any_paused = any_paused || seg->paused_pages != 0; });
+    if (!any_paused) {  // nothing released: the tag runs on, as before the call
+      ts.paused = false;
+      ts.backup_valid = false;
+      ts.backup_bytes = 0;
+    }
+    return st;
+  }
+  forget_free_pages_of(tag);
+  ++ts.pauses;
+  ts.last_pause_seconds = seconds_since(t0);
+  ts.pause_seconds += ts.last_pause_seconds;
+  return kSuccess;
+}
+
+Status CachingAllocator::resume(TagId tag, bool* no_op) {
+  if (no_op != nullptr) *no_op = false;
+  if (tag == kUntagged) return kInvalidValue;
+  std::lock_guard lock(mutex_);
+  auto it = tags_.find(tag);
+  if (it == tags_.end() || !it->second.paused) {
+    if (no_op != nullptr) *no_op = true;
+    return kSuccess;
+  }
+  TagState& ts = it->second;
+  const auto t0 = std::chrono::steady_clock::now();
+  release_orphans();
+  forget_free_pages_of(tag);  // blocks freed while paused
+  Status st = map_paused_pages(tag);
+  if (st != kSuccess) return st;
+  if (ts.backup_valid) {
+    st = restore_backup(ts);
+    if (st != kSuccess) {
+      // All or nothing: the pages go again, the backup stays for a retry.
+      std::size_t released = 0;
+      const Status again = release_tag_pages(tag, &released);
+      return again != kSuccess ? again : st;
+    }
+  }
+  ts.paused = false;
+  ts.backup_valid = false;
+  ts.backup_bytes = 0;
+  ++ts.resumes;
+  ts.last_resume_seconds = seconds_since(t0);
+  ts.resume_seconds += ts.last_resume_seconds;
+  return kSuccess;
+}
+
+// The tag's free blocks give up their released pages for good: their whole
+// pages become unmapped address space (no driver call: the pause released
+// them), so that resume maps pages under live blocks only.  A free block
+// with a page still mapped (a pause that failed half-way) is left alone.
+void CachingAllocator::forget_free_pages_of(TagId tag) {
+  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+    std::vector<Block*> free_blocks;
+    for (Block* b : pool->blocks.all()) {
+      const Segment* seg = b->segment;
+      if (seg->tag != tag || seg->paused_pages == 0) continue;
+      const std::size_t first = (b->ptr - seg->base + seg->page - 1) / seg->page;
+      const std::size_t end = (b->ptr + b->size - seg->base) / seg->page;
+      bool all_paused = first < end;
+      for (std::size_t i = first; i < end && all_paused; ++i) all_paused = seg->paused[i];
+      if (all_paused) free_blocks.push_back(b);
+    }
+    for (Block* b : free_blocks) unmap_free_block(b, true);
+  }
+}
+
+// Releases every mapped page of the tag; stops at the first failure (that
+// page stays mapped, with its contents).  *released counts pages released.
+Status CachingAllocator::release_tag_pages(TagId tag, std::size_t* released) {
+  Status st = kSuccess;
+  for_tag_segments(tag, [&](Segment* seg) {
+    for (std::size_t i = 0; i < seg->handles.size() && st == kSuccess; ++i) {
+      if (seg->handles[i] == 0) continue;
+      st = release_page(seg, i);
+      if (st == kSuccess) ++*released;
+    }
+  });
+  return st;
+}
+
+// Unmaps and releases page i, marking it paused.  On failure the page is
+// left as it was (mapped, same handle, same contents) where the driver
+// allows; a handle that can be neither released nor mapped again is kept
+// in orphans_ (the page is then paused: its contents are gone).
+Status CachingAllocator::release_page(Segment* seg, std::size_t i) {
+  const DevicePtr at = seg->base + i * seg->page;
+  const MemHandle h = seg->handles[i];
+  Status st = backend_->vm_unmap(at, seg->page);
+  if (st != kSuccess) return st;
+  st = backend_->vm_release(h);
+  if (st != kSuccess) {
+    if (backend_->vm_map(at, seg->page, h) == kSuccess) {
+      if (grant_peers(at, seg->page) == kSuccess) return st;
+      backend_->vm_unmap(at, seg->page);
+    }
+    orphans_.push_back(h);
+  }
+  seg->handles[i] = 0;
+  seg->paused[i] = true;
+  ++seg->paused_pages;
+  ++stats_.num_device_free;
+  stats_.reserved_bytes.decrease(seg->small, static_cast<std::int64_t>(seg->page));
+  return st;
+}
+
+// Maps a new page at every paused page of the tag; on failure unmaps those
+// it mapped, leaving the tag as paused as before.
+Status CachingAllocator::map_paused_pages(TagId tag) {
+  std::vector<std::pair<Segment*, std::size_t>> mapped;
+  Status st = kSuccess;
+  for_tag_segments(tag, [&](Segment* seg) {
+    for (std::size_t i = 0; i < seg->paused.size() && st == kSuccess; ++i) {
+      if (!seg->paused[i]) continue;
+      const DevicePtr at = seg->base + i * seg->page;
+      MemHandle h = 0;
+      st = backend_->vm_create(seg->page, &h);
+      if (st != kSuccess) break;
+      st = backend_->vm_map(at, seg->page, h);
+      if (st == kSuccess) {
+        st = grant_peers(at, seg->page);
+        if (st != kSuccess) backend_->vm_unmap(at, seg->page);
+      }
+      if (st != kSuccess) {
+        if (backend_->vm_release(h) != kSuccess) orphans_.push_back(h);
+        break;
+      }
+      seg->handles[i] = h;
+      mapped.emplace_back(seg, i);
+    }
+  });
+  if (st != kSuccess) {
+    for (auto [seg, i] : mapped) drop_page(seg, i);
+    return st;
+  }
+  for (auto [seg, i] : mapped) {
+    seg->paused[i] = false;
+    --seg->paused_pages;
+    ++stats_.num_device_alloc;
+    stats_.reserved_bytes.increase(seg->small, static_cast<std::int64_t>(seg->page));
+  }
+  return kSuccess;
+}
+
+// Undoes a resume's mapping of page i (still marked paused).
+void CachingAllocator::drop_page(Segment* seg, std::size_t i) {
+  const MemHandle h = seg->handles[i];
+  backend_->vm_unmap(seg->base + i * seg->page, seg->page);
+  if (backend_->vm_release(h) != kSuccess) orphans_.push_back(h);
+  seg->handles[i] = 0;
+}
+
+void CachingAllocator::release_orphans() {
+  std::erase_if(orphans_, [&](MemHandle h) { return backend_->vm_release(h) == kSuccess; });
+}
+
+// Copies every live block of the tag into the tag's pinned buffer.
+Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
+  ts.entries.clear();
+  std::size_t total = 0;
+  for_tag_segments(tag, [&](Segment* seg) {
+    for (const Block* b = seg->head; b != nullptr; b = b->next)
+      if (b->allocated) {
+        ts.entries.push_back({b->ptr, b->size, total});
+        total += b->size;
+      }
+  });
+  if (total > ts.host_capacity) {
+    if (ts.host != nullptr) backend_->host_free(ts.host);
+    ts.host = nullptr;
+    ts.host_capacity = 0;
+    void* host = nullptr;
+    const Status st = backend_->host_alloc(total, &host);
+    if (st != kSuccess) return st;
+    ts.host = host;
+    ts.host_capacity = total;
+  }
+  auto* base = static_cast<unsigned char*>(ts.host);
+  for (const BackupEntry& e : ts.entries)
+    for (std::size_t off = 0; off < e.size; off += kBackupChunk) {
+      const std::size_t n = std::min(kBackupChunk, e.size - off);
+      const Status st = backend_->copy_to_host_async(base + e.offset + off, e.ptr + off, n);
+      if (st != kSuccess) {
+        backend_->copy_synchronize();  // nothing may still write the buffer
+        return st;
+      }
+    }
+  if (const Status st = backend_->copy_synchronize(); st != kSuccess) return st;
+  ts.backup_valid = true;
+  ts.backup_bytes = total;
+  return kSuccess;
+}
+
+Status CachingAllocator::restore_backup(TagState& ts) {
+  const auto* base = static_cast<const unsigned char*>(ts.host);
+  for (const BackupEntry& e : ts.entries)
+    for (std::size_t off = 0; off < e.size; off += kBackupChunk) {
+      const std::size_t n = std::min(kBackupChunk, e.size - off);
+      const Status st = backend_->copy_to_device_async(e.ptr + off, base + e.offset + off, n);
+      if (st != kSuccess) {
+        backend_->copy_synchronize();
+        return st;
+      }
+    }
+  return backend_->copy_synchronize();
+}
+
+std::vector<TagStats> CachingAllocator::tag_stats() const {
+  std::lock_guard lock(mutex_);
+  std::vector<TagStats> out;
+  for (const auto& [tag, ts] : tags_) {
+    TagStats s;
+    s.tag = tag;
+    s.paused = ts.paused;
+    s.backup = ts.backup;
+    s.backup_bytes = ts.backup_valid ? ts.backup_bytes : 0;
+    s.backup_capacity = ts.host_capacity;
+    s.pauses = ts.pauses;
+    s.resumes = ts.resumes;
+    s.pause_seconds = ts.pause_seconds;
+    s.resume_seconds = ts.resume_seconds;
+    s.last_pause_seconds = ts.last_pause_seconds;
+    s.last_resume_seconds = ts.last_resume_seconds;
+    for (const Segment* seg : expandable_) {
+      if (seg->tag != tag) continue;
+      ++s.segments;
+      s.paused_bytes += seg->paused_pages * seg->page;
+      s.reserved_bytes += mapped_bytes(seg) + seg->paused_pages * seg->page;
+      for (const Block* b = seg->head; b != nullptr; b = b->next)
+        if (b->allocated) s.allocated_bytes += b->size;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace cachalloc

@@ -1,0 +1,353 @@
+// test_pause.cpp — tags, pause and resume on the fake backend: segments of
+// two tags never meet, the state machine, failures injected at every driver
+// call of pause and resume (nothing lost, nothing leaked), and threads
+// allocating while another pauses.
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "alloc_fixture.h"
+
+using namespace cachalloc;
+using namespace cachalloc::testing;
+
+namespace {
+
+constexpr TagId kWeights = 1;
+constexpr TagId kKv = 2;
+
+struct PauseFixture : AllocFixture {
+  explicit PauseFixture(Config cfg = {}, std::size_t device = 1 * GiB) : AllocFixture(cfg, device) {}
+
+  DevicePtr tmalloc(std::size_t size, TagId tag, StreamId stream = 0) {
+    DevicePtr p = 0;
+    const Status st = alloc->malloc_tagged(&p, size, stream, tag);
+    alloc->validate();
+    REQUIRE(st == kSuccess);
+    return p;
+  }
+  Status pause(TagId tag, bool* no_op = nullptr) {
+    const Status st = alloc->pause(tag, no_op);
+    alloc->validate();
+    return st;
+  }
+  Status resume(TagId tag, bool* no_op = nullptr) {
+    const Status st = alloc->resume(tag, no_op);
+    alloc->validate();
+    return st;
+  }
+  // Fills [p, p+n) with a pattern that depends on `seed`; check() compares.
+  void fill(DevicePtr p, std::size_t n, unsigned seed) {
+    std::vector<unsigned char> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 31 + seed) & 0xFF);
+    backend.write(p, v.data(), n);
+  }
+  bool holds(DevicePtr p, std::size_t n, unsigned seed) {
+    std::vector<unsigned char> v(n);
+    backend.read(p, v.data(), n);
+    for (std::size_t i = 0; i < n; ++i)
+      if (v[i] != static_cast<unsigned char>((i * 31 + seed) & 0xFF)) return false;
+    return true;
+  }
+  TagStats tag(TagId t) const {
+    for (const TagStats& s : alloc->tag_stats())
+      if (s.tag == t) return s;
+    return {};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tags: blocks of two tags and untagged blocks never share a segment") {
+  PauseFixture f;
+  std::vector<std::pair<DevicePtr, TagId>> blocks;
+  // Interleaved small and large requests of three tags, some freed so that
+  // a cache shared across tags would hand one tag's block to another.
+  for (int i = 0; i < 30; ++i) {
+    const TagId t = static_cast<TagId>(i % 3);
+    const std::size_t size = (i % 2) ? 3000 + 512 * i : 3 * MiB + 100 * KiB * i;
+    blocks.emplace_back(t == kUntagged ? f.malloc(size) : f.tmalloc(size, t), t);
+    if (i % 4 == 3) {
+      if (blocks[i - 1].second == kUntagged) f.free(blocks[i - 1].first);
+      else f.free(blocks[i - 1].first);
+      blocks[i - 1].first = 0;
+    }
+  }
+  for (auto [p, t] : blocks) {
+    if (p == 0) continue;
+    AddressInfo info;
+    REQUIRE(f.alloc->query(p, &info) == kSuccess);
+    CHECK(info.tag == t);
+  }
+  for (const SegmentInfo& seg : f.alloc->snapshot()) {
+    if (seg.tag != kUntagged) CHECK(seg.expandable);  // tagged memory is always re-mappable
+    for (const BlockInfo& b : seg.blocks) {
+      if (b.state != BlockState::allocated) continue;
+      AddressInfo info;
+      REQUIRE(f.alloc->query(b.ptr, &info) == kSuccess);
+      CHECK(info.tag == seg.tag);
+    }
+  }
+}
+
+TEST_CASE("tags: a freed block of one tag is never reused by another") {
+  PauseFixture f;
+  const DevicePtr a = f.tmalloc(4 * MiB, kKv);
+  f.free(a);
+  const DevicePtr w = f.tmalloc(4 * MiB, kWeights);
+  const DevicePtr u = f.malloc(4 * MiB);
+  CHECK(w != a);
+  CHECK(u != a);
+  // Pausing kv_cache must leave the weights' and untagged memory mapped:
+  // touching them would throw in the fake if a page under them had gone.
+  f.fill(w, 4 * MiB, 7);
+  f.fill(u, 4 * MiB, 8);
+  REQUIRE(f.pause(kKv) == kSuccess);
+  CHECK(f.holds(w, 4 * MiB, 7));
+  CHECK(f.holds(u, 4 * MiB, 8));
+  REQUIRE(f.resume(kKv) == kSuccess);
+}
+
+TEST_CASE("tags: classic segments are not used for tags, expandable_segments or not") {
+  for (bool expandable : {false, true}) {
+    Config c;
+    c.expandable_segments = expandable;
+    PauseFixture f(c);
+    f.tmalloc(1000, kKv);
+    f.tmalloc(30 * MiB, kKv);
+    f.malloc(1000);
+    for (const SegmentInfo& seg : f.alloc->snapshot()) {
+      if (seg.tag == kKv) CHECK(seg.expandable);
+      if (seg.tag == kUntagged) CHECK(seg.expandable == expandable);
+    }
+  }
+}
+
+TEST_CASE("pause: releases every page of the tag, keeps addresses; resume restores the backup") {
+  PauseFixture f;
+  f.alloc->set_tag_backup(kWeights, true);
+  const DevicePtr u = f.malloc(8 * MiB);
+  const DevicePtr w1 = f.tmalloc(30 * MiB, kWeights);
+  const DevicePtr w2 = f.tmalloc(5000, kWeights);
+  const DevicePtr k1 = f.tmalloc(50 * MiB, kKv);
+  const DevicePtr kfree = f.tmalloc(20 * MiB, kKv);
+  f.free(kfree);  // cached free memory of the tag goes too
+  f.fill(w1, 30 * MiB, 1);
+  f.fill(w2, 5000, 2);
+  f.fill(k1, 50 * MiB, 3);
+  const std::size_t untagged_used = 20 * MiB;  // u's segment (one 20 MiB classic segment)
+  const std::size_t before = f.backend.used();
+  CHECK(before > untagged_used);
+
+  bool no_op = true;
+  REQUIRE(f.pause(kWeights, &no_op) == kSuccess);
+  CHECK_FALSE(no_op);
+  REQUIRE(f.pause(kKv) == kSuccess);
+  CHECK(f.backend.used() == untagged_used);  // only the untagged segment holds memory
+  CHECK(f.alloc->tag_paused(kWeights));
+  CHECK_THROWS(f.holds(w1, 16, 1));         // its pages are gone
+  CHECK(f.tag(kWeights).paused_bytes == f.tag(kWeights).reserved_bytes);
+  CHECK(f.tag(kWeights).backup_bytes >= 30 * MiB + 5000);
+  CHECK(f.tag(kKv).backup_bytes == 0);
+  CHECK(f.reserved() == static_cast<std::int64_t>(untagged_used));
+
+  // A second pause is a no-op; malloc in the paused tag is refused.
+  REQUIRE(f.pause(kWeights, &no_op) == kSuccess);
+  CHECK(no_op);
+  DevicePtr p = 0;
+  CHECK(f.alloc->malloc_tagged(&p, 1000, 0, kWeights) == kTagPaused);
+  f.alloc->validate();
+  // Other tags and untagged memory are served as usual.
+  const DevicePtr other = f.tmalloc(3 * MiB, 3);
+  f.free(other);
+
+  REQUIRE(f.resume(kWeights, &no_op) == kSuccess);
+  CHECK_FALSE(no_op);
+  REQUIRE(f.resume(kKv) == kSuccess);
+  REQUIRE(f.resume(kKv, &no_op) == kSuccess);
+  CHECK(no_op);
+  CHECK(f.holds(w1, 30 * MiB, 1));  // same addresses, contents restored
+  CHECK(f.holds(w2, 5000, 2));
+  CHECK_FALSE(f.holds(k1, 50 * MiB, 3));  // no backup: new pages
+  f.fill(k1, 50 * MiB, 3);                // but mapped and usable
+  CHECK(f.tag(kWeights).pauses == 1);
+  CHECK(f.tag(kWeights).resumes == 1);
+  CHECK(f.tag(kWeights).paused_bytes == 0);
+  for (DevicePtr q : {u, w1, w2, k1}) f.free(q);
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+}
+
+TEST_CASE("pause: freeing a paused tag's block touches no page; resume then empty_cache releases once") {
+  PauseFixture f;
+  const DevicePtr a = f.tmalloc(30 * MiB, kKv);
+  const DevicePtr b = f.tmalloc(30 * MiB, kKv);
+  REQUIRE(f.pause(kKv) == kSuccess);
+  const int frees = f.backend.free_calls;
+  f.free(a);  // metadata only (torch_memory_saver #92 released a handle twice here)
+  CHECK(f.backend.free_calls == frees);
+  f.empty_cache();  // a paused tag's pages are already gone: nothing to release
+  CHECK(f.backend.free_calls == frees);
+  REQUIRE(f.resume(kKv) == kSuccess);
+  // The tag's reservation serves it again.
+  const DevicePtr c = f.tmalloc(30 * MiB, kKv);
+  AddressInfo ia, ic;
+  REQUIRE(f.alloc->query(a, &ia) == kSuccess);
+  REQUIRE(f.alloc->query(c, &ic) == kSuccess);
+  CHECK(ia.segment == ic.segment);
+  f.free(b);
+  f.free(c);
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+}
+
+TEST_CASE("pause: the untagged tag cannot be paused; an unknown tag resumes as a no-op") {
+  PauseFixture f;
+  CHECK(f.pause(kUntagged) == kInvalidValue);
+  bool no_op = false;
+  CHECK(f.resume(42, &no_op) == kSuccess);
+  CHECK(no_op);
+  CHECK(f.pause(42, &no_op) == kSuccess);  // nothing to release: paused, empty
+  CHECK(f.resume(42, &no_op) == kSuccess);
+  CHECK_FALSE(no_op);
+}
+
+TEST_CASE("pause: pending and deferred frees of the tag complete before its pages go") {
+  PauseFixture f;
+  const DevicePtr a = f.tmalloc(30 * MiB, kKv, 5);
+  REQUIRE(f.alloc->record_stream(a, 6) == kSuccess);
+  REQUIRE(f.alloc->free(a) == kSuccess);  // parked behind an event on stream 6
+  const DevicePtr b = f.tmalloc(30 * MiB, kKv, 5);
+  REQUIRE(f.alloc->free_deferred(b) == kSuccess);
+  f.alloc->validate();
+  const int syncs = f.backend.device_syncs;
+  REQUIRE(f.pause(kKv) == kSuccess);
+  CHECK(f.backend.device_syncs > syncs);
+  CHECK(f.backend.used() == 0);
+  REQUIRE(f.resume(kKv) == kSuccess);
+  CHECK(f.backend.used() == 0);  // nothing was live: nothing to map again
+}
+
+TEST_CASE("resume: out of memory leaves the tag paused and resumable later") {
+  PauseFixture f({}, 1 * GiB);
+  f.alloc->set_tag_backup(kWeights, true);
+  const DevicePtr w = f.tmalloc(100 * MiB, kWeights);
+  f.fill(w, 100 * MiB, 9);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  f.backend.set_foreign_usage(1 * GiB - 50 * MiB);  // another engine took the memory
+  CHECK(f.resume(kWeights) == kOutOfMemory);
+  CHECK(f.alloc->tag_paused(kWeights));
+  CHECK(f.backend.used() == 0);
+  f.backend.set_foreign_usage(0);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.holds(w, 100 * MiB, 9));
+}
+
+namespace {
+
+// One scenario: two tags (one backed up), live and cached blocks, then
+// `op` with the fault at call n.  Checks the state after the failure, that
+// finishing the cycle without faults restores everything, and that nothing
+// leaked.  Returns whether the fault fired (false: n is past the last call).
+bool run_with_fault(int n, bool fault_in_resume) {
+  PauseFixture f;
+  f.alloc->set_tag_backup(kWeights, true);
+  const DevicePtr u = f.malloc(3 * MiB);
+  const DevicePtr w1 = f.tmalloc(30 * MiB, kWeights);
+  const DevicePtr w2 = f.tmalloc(3000, kWeights);
+  const DevicePtr w3 = f.tmalloc(25 * MiB, kWeights);
+  f.free(w3);
+  const DevicePtr k = f.tmalloc(40 * MiB, kKv);
+  f.fill(u, 3 * MiB, 1);
+  f.fill(w1, 30 * MiB, 2);
+  f.fill(w2, 3000, 3);
+  if (fault_in_resume) {
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    REQUIRE(f.pause(kKv) == kSuccess);
+  }
+  f.backend.fail_call_at(n);
+  Status st = kSuccess;
+  for (TagId t : {kWeights, kKv}) {
+    st = fault_in_resume ? f.resume(t) : f.pause(t);  // validate() runs inside
+    if (st != kSuccess) break;
+  }
+  const bool fired = f.backend.fault_fired();
+  CHECK(fired == (st != kSuccess));
+  f.backend.fail_call_at(-1);
+  if (fault_in_resume && st != kSuccess) {
+    // A failed resume leaves the tag paused.
+    CHECK((f.alloc->tag_paused(kWeights) || f.alloc->tag_paused(kKv)));
+  }
+  // Finish the cycle without faults: pause (if needed) then resume both.
+  for (TagId t : {kWeights, kKv}) REQUIRE(f.pause(t) == kSuccess);
+  CHECK(f.backend.used() == 20 * MiB);  // the untagged segment only
+  for (TagId t : {kWeights, kKv}) REQUIRE(f.resume(t) == kSuccess);
+  CHECK(f.holds(u, 3 * MiB, 1));
+  CHECK(f.holds(w1, 30 * MiB, 2));  // the backup survived the failure
+  CHECK(f.holds(w2, 3000, 3));
+  for (DevicePtr p : {u, w1, w2, k}) f.free(p);
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+  CHECK(f.backend.live_mappings() == 0);
+  f.alloc.reset();
+  CHECK(f.backend.live_host() == 0);
+  return fired;
+}
+
+}  // namespace
+
+TEST_CASE("pause: a failure at any driver call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, false)) ++n;
+  CHECK(n > 10);  // the scenario makes that many calls
+}
+
+TEST_CASE("resume: a failure at any driver call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, true)) ++n;
+  CHECK(n > 10);
+}
+
+TEST_CASE("pause: threads allocating in every tag while another pauses and resumes") {
+  PauseFixture f({}, 4 * GiB);
+  f.alloc->set_tag_backup(kWeights, true);
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0};
+  auto worker = [&](TagId tag, StreamId stream) {
+    std::vector<DevicePtr> held;
+    unsigned r = static_cast<unsigned>(tag * 7919 + stream);
+    for (int i = 0; i < 3000 && !stop.load(); ++i) {
+      r = r * 1103515245 + 12345;
+      const std::size_t size = (r >> 8) % 2 ? 512 + (r >> 12) % 8192 : 1 * MiB + (r >> 12) % (24 * MiB);
+      DevicePtr p = 0;
+      const Status st = f.alloc->malloc_tagged(&p, size, stream, tag);
+      if (st == kTagPaused) ++refused;
+      else if (st == kSuccess) held.push_back(p);
+      if (held.size() > 8 || (!held.empty() && (r >> 20) % 3 == 0)) {
+        REQUIRE(f.alloc->free(held.front()) == kSuccess);  // also while paused
+        held.erase(held.begin());
+      }
+    }
+    for (DevicePtr p : held) REQUIRE(f.alloc->free(p) == kSuccess);
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(worker, kUntagged, 0);
+  threads.emplace_back(worker, kWeights, 0);
+  threads.emplace_back(worker, kKv, 3);
+  for (int i = 0; i < 200; ++i) {
+    REQUIRE(f.alloc->pause(kWeights) == kSuccess);
+    REQUIRE(f.alloc->pause(kKv) == kSuccess);
+    REQUIRE(f.alloc->resume(kKv) == kSuccess);
+    REQUIRE(f.alloc->resume(kWeights) == kSuccess);
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  f.alloc->validate();
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+}
