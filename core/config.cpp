@@ -202,6 +202,15 @@ bool set_stats(std::string_view v, Config& c) { return set_path(v, c.stats); }
 bool set_snapshot(std::string_view v, Config& c) { return set_path(v, c.snapshot); }
 bool set_trace(std::string_view v, Config& c) { return set_path(v, c.trace); }
 bool set_log_file(std::string_view v, Config& c) { return set_path(v, c.log_file); }
+// A tag name: letters, digits, '_', '-', '.' (it appears in reports and JSON).
+bool set_tag(std::string_view v, Config& c) {
+  if (v.empty() || v.size() > 63) return false;
+  for (char ch : v)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.')) return false;
+  c.tag = std::string(v);
+  return true;
+}
+bool set_tag_cpu_backup(std::string_view v, Config& c) { return set_bool(v, c.tag_cpu_backup); }
 
 bool set_snapshot_signal(std::string_view v, Config& c) {
   std::string s = lower(v);
@@ -243,6 +252,8 @@ constexpr KeyHandler kHandlers[] = {
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
     {"fence_join", set_fence_join, false, "true or false"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
+    {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
+    {"tag_cpu_backup", set_tag_cpu_backup, false, "true or false"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
     {"snapshot_signal", set_snapshot_signal, false, "USR1, USR2 or a signal number 1..64"},
@@ -428,6 +439,8 @@ std::string Config::to_string() const {
   append(out, "fence_join", fence_join ? "true" : "false");
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
+  if (!tag.empty()) append(out, "tag", tag);
+  if (tag_cpu_backup) append(out, "tag_cpu_backup", "true");
   // Unset paths and signal have no text that parses either; leaving them
   // out keeps the default, which is what they are.
   if (!stats.empty()) append(out, "stats", stats);

@@ -51,6 +51,11 @@ struct Config {
   // (PyTorch's own host cache has no bound; docs/HOST.md, "Configuration").
   static constexpr std::size_t kDefaultPinnedMaxCached = std::size_t{1024} << 20;
   std::size_t pinned_max_cached = kDefaultPinnedMaxCached;
+  // --- tags (pause/resume, docs/PAUSE.md) ---
+  // The tag of every allocation of threads that set none (cachalloc_set_tag);
+  // "" = untagged.  tag_cpu_backup: that tag is backed up at its pauses.
+  std::string tag;
+  bool tag_cpu_backup = false;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

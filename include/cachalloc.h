@@ -183,6 +183,49 @@ int cachalloc_get_memory_fraction(int device, double* fraction);
 int cachalloc_get_base_allocation(void* ptr, void** base, size_t* size);
 
 /* ------------------------------------------------------------------------
+ * Tags, pause and resume (docs/PAUSE.md).
+ *
+ * Every allocation belongs to the tag current on its thread when it is made
+ * (cachalloc_set_tag; else CACHALLOC_CONF "tag:NAME"; else untagged).  The
+ * blocks of two tags never share a segment, and tagged memory always comes
+ * from virtual reservations mapped page by page, so that a tag can give its
+ * physical memory back and take it again at the same addresses.
+ * Tag names: 1-63 characters among letters, digits, '_', '-', '.'.
+ * ------------------------------------------------------------------------ */
+
+/* Sets the calling thread's tag; NULL or "" = untagged.  Works before
+ * cachalloc has served anything.
+ *   CACHALLOC_ERROR_INVALID_VALUE  a bad name (nothing changes) */
+int cachalloc_set_tag(const char* tag);
+/* Copies the calling thread's tag ("" when untagged) into buf, NUL-terminated.
+ *   CACHALLOC_ERROR_INVALID_VALUE  buf NULL or too small (truncated) */
+int cachalloc_get_tag(char* buf, size_t len);
+/* Whether pause(tag) copies the tag's live blocks to pinned host memory
+ * first, so that resume(tag) restores them (otherwise their contents are
+ * lost, as with torch_memory_saver without a backup).  Per tag; the last
+ * call wins.  CACHALLOC_ERROR_INVALID_VALUE: a bad or NULL name. */
+int cachalloc_set_tag_backup(const char* tag, int enable);
+/* Pauses `tag` (NULL: every tag) in every device context: synchronizes the
+ * device, takes the backup if asked, then unmaps and releases every physical
+ * page of the tag's segments, cached free blocks included; the addresses
+ * stay reserved.  While paused, an allocation in the tag fails with
+ * CUDA_ERROR_OUT_OF_MEMORY (and a warning naming the tag); freeing its
+ * blocks works and touches no memory.  A second pause is a no-op (warning).
+ * On error the tag is consistent (see docs/PAUSE.md) and nothing exits.
+ *   CACHALLOC_ERROR_INVALID_VALUE              a bad name, or "" (untagged)
+ *   CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED a capture is in flight
+ *   a driver error of the first context that failed */
+int cachalloc_pause(const char* tag);
+/* Maps new physical pages at every paused address of `tag` (NULL: every
+ * tag) and restores the backup.  A second resume is a no-op (warning).
+ *   CACHALLOC_ERROR_OUT_OF_MEMORY  the device has not enough free memory:
+ *                                  the tag stays paused, resumable later
+ *   (otherwise as cachalloc_pause) */
+int cachalloc_resume(const char* tag);
+/* 1 when `tag` is paused in some context, 0 when not, negative on a bad name. */
+int cachalloc_tag_paused(const char* tag);
+
+/* ------------------------------------------------------------------------
  * PyTorch's pluggable allocator ABI.
  *
  *   import torch

@@ -333,4 +333,50 @@ Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
   return status(call(d_->cuMemUnmap, static_cast<CUdeviceptr>(at), size));
 }
 
+// ---- pause backups ----
+
+Status CudaBackend::host_alloc(std::size_t size, void** out) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuMemHostAlloc == nullptr) return kNotSupported;
+  return status(call(d_->cuMemHostAlloc, out, size, 0u));
+}
+
+void CudaBackend::host_free(void* ptr) {
+  if (detached() || d_->cuMemFreeHost == nullptr) return;
+  call(d_->cuMemFreeHost, ptr);
+}
+
+Status CudaBackend::copy_stream(CUstream* out) {
+  if (copy_stream_ == nullptr) {
+    if (d_->cuStreamCreate == nullptr) return kNotSupported;
+    const CUresult r = call(d_->cuStreamCreate, &copy_stream_, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+    if (r != CUDA_SUCCESS) return status(r);
+  }
+  *out = copy_stream_;
+  return kSuccess;
+}
+
+Status CudaBackend::copy_to_host_async(void* dst, DevicePtr src, std::size_t size) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuMemcpyDtoHAsync_v2 == nullptr) return kNotSupported;
+  CUstream s = nullptr;
+  if (const Status st = copy_stream(&s); st != kSuccess) return st;
+  return status(call(d_->cuMemcpyDtoHAsync_v2, dst, static_cast<CUdeviceptr>(src), size, s));
+}
+
+Status CudaBackend::copy_to_device_async(DevicePtr dst, const void* src, std::size_t size) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuMemcpyHtoDAsync_v2 == nullptr) return kNotSupported;
+  CUstream s = nullptr;
+  if (const Status st = copy_stream(&s); st != kSuccess) return st;
+  return status(call(d_->cuMemcpyHtoDAsync_v2, static_cast<CUdeviceptr>(dst), src, size, s));
+}
+
+Status CudaBackend::copy_synchronize() {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (copy_stream_ == nullptr) return kSuccess;  // nothing was copied
+  if (d_->cuStreamSynchronize == nullptr) return kNotSupported;
+  return status(call(d_->cuStreamSynchronize, copy_stream_));
+}
+
 }  // namespace cachalloc::shim

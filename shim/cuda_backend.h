@@ -71,6 +71,14 @@ class CudaBackend final : public DeviceBackend {
   Status vm_unmap(DevicePtr at, std::size_t size) override;
   Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) override;
 
+  // Pause backups: pinned host memory (the real cuMemHostAlloc, not the
+  // shim's host cache) and copies on a non-blocking stream of our own.
+  Status host_alloc(std::size_t size, void** out) override;
+  void host_free(void* ptr) override;
+  Status copy_to_host_async(void* dst, DevicePtr src, std::size_t size) override;
+  Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t size) override;
+  Status copy_synchronize() override;
+
   // The context died (cuCtxDestroy, primary reset or last release): its
   // memory, events and streams went with it, so from now on every call
   // fails at once without reaching the driver.
@@ -106,6 +114,8 @@ class CudaBackend final : public DeviceBackend {
   // Set once the driver refused cuCtxWaitEvent for a reason other than a
   // capture: misses wait for fences on the host from then on.
   bool join_refused_ = false;
+  Status copy_stream(CUstream* out);
+  CUstream copy_stream_ = nullptr;  // created at the first backup, never destroyed (exit safety)
   std::vector<Fence*> spare_fences_;  // never freed: the process may exit with the driver gone
 };
 

@@ -11,6 +11,7 @@
 #include "free_policy.h"
 #include "process_state.h"
 #include "stream_ids.h"
+#include "tags.h"
 
 namespace cachalloc::shim {
 namespace {
@@ -144,7 +145,7 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   settle_deferred_frees(*ctx);
   DevicePtr p = 0;
-  Status s = ctx->allocator().malloc(&p, size, kUnorderedStreamId);
+  Status s = tagged_malloc(ctx->allocator(), &p, size, kUnorderedStreamId);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
   return to_cu(s);
 }
@@ -184,7 +185,7 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   note_use(ctx, id);
   settle_deferred_frees(*ctx);
   DevicePtr p = 0;
-  Status s = ctx->allocator().malloc(&p, size, id);
+  Status s = tagged_malloc(ctx->allocator(), &p, size, id);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
   return to_cu(s);
 }

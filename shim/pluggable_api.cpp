@@ -54,6 +54,7 @@
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
+#include "tags.h"
 
 #define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -431,7 +432,7 @@ void* serve_malloc(std::size_t size, int device, CUstream stream) {
   CachingAllocator& a = s->allocator();
   for (int attempt = 0; attempt < 2; ++attempt) {
     DevicePtr p = 0;
-    if (a.malloc(&p, size, id) != kSuccess) return nullptr;  // the core wrote the OOM report
+    if (tagged_malloc(a, &p, size, id) != kSuccess) return nullptr;  // the core wrote the OOM report
     if (within_fraction(*s, device)) return reinterpret_cast<void*>(p);
     a.free(p);
     a.empty_cache();  // then retry; after the retry, what the failed attempt cached goes back too

@@ -1,5 +1,6 @@
 // process_state.cpp — first-use initialization, fork and exit handling.
 #include "process_state.h"
+#include "tags.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@ void initialize() {
     return;
   }
   g_time_wrappers.store(config_storage().stats.empty() ? 0 : 1, std::memory_order_relaxed);
+  apply_config_tag(config_storage());
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
   start_observability(config_storage());

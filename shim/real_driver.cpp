@@ -85,6 +85,9 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuMemMap, "cuMemMap");
   resolve(h, &d->cuMemUnmap, "cuMemUnmap");
   resolve(h, &d->cuMemSetAccess, "cuMemSetAccess");
+  resolve(h, &d->cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync_v2");
+  resolve(h, &d->cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2");
+  resolve(h, &d->cuStreamSynchronize, "cuStreamSynchronize");
 }
 
 // What the shim cannot work without: the allocation pair, contexts, events.

@@ -90,6 +90,10 @@ struct RealDriver {
   PFN_cuMemMap_v10020 cuMemMap = nullptr;
   PFN_cuMemUnmap_v10020 cuMemUnmap = nullptr;
   PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
+  // optional: pause backups (core/pause_path.cpp)
+  PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync_v2 = nullptr;
+  PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync_v2 = nullptr;
+  PFN_cuStreamSynchronize_v2000 cuStreamSynchronize = nullptr;
 };
 
 // The table, loaded on first call; nullptr when libcuda.so.1 cannot be

@@ -25,6 +25,7 @@
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
+#include "tags.h"
 
 using namespace cachalloc;
 using namespace cachalloc::shim;
@@ -71,7 +72,7 @@ Status try_alloc(void** out, size_t size, StreamId stream) {
   if (ctx == nullptr) return kNotOwned;
   settle_deferred_frees(*ctx);
   DevicePtr p = 0;
-  Status s = ctx->allocator().malloc(&p, size, stream);
+  Status s = tagged_malloc(ctx->allocator(), &p, size, stream);
   if (s == kSuccess) *out = reinterpret_cast<void*>(p);
   return s;
 }

@@ -439,3 +439,11 @@ def use_mem_pool(pool=None, device=None):
         pool = mem_pool()
     with torch.cuda.use_mem_pool(pool, device=device):
         yield pool
+
+
+# Tags, pause and resume (docs/PAUSE.md); the torch_memory_saver drop-in is
+# cachalloc.memory_saver.torch_memory_saver.
+from .memory_saver import (region, pause, resume, set_tag, get_tag, tag_paused,  # noqa: E402
+                           set_tag_backup)
+
+__all__ += ["region", "pause", "resume", "set_tag", "get_tag", "tag_paused", "set_tag_backup"]

@@ -1,0 +1,138 @@
+// pause_api.cpp — the control API of tags, pause and resume
+// (include/cachalloc.h, docs/PAUSE.md): names to core tag ids, every live
+// context's allocator, the owner context made current for the driver calls.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cachalloc.h"
+#include "capture_tracking.h"
+#include "context_registry.h"
+#include "log.h"
+#include "process_state.h"
+#include "real_driver.h"
+#include "tags.h"
+
+#define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace cachalloc::shim {
+namespace {
+
+template <typename Body>
+int guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return CACHALLOC_ERROR_UNKNOWN;
+  }
+}
+
+std::vector<ContextState*> live_states() {
+  std::vector<ContextState*> out;
+  for (ContextState* s : all_context_states())
+    if (s->alive()) out.push_back(s);
+  return out;
+}
+
+// The ids `name` means: one tag, or every tag for NULL.  False: a bad name
+// or "" (the untagged memory is never paused).
+bool tags_named(const char* name, std::vector<TagId>* out) {
+  if (name == nullptr) {
+    *out = all_tags();
+    return true;
+  }
+  const TagId id = tag_id(name);
+  if (id == kUntagged || id == kBadTag) return false;
+  out->assign(1, id);
+  return true;
+}
+
+// Runs pause or resume of `name` in every live context; the first error is
+// returned, the other contexts are still handled (each stays consistent).
+int pause_or_resume(const char* name, bool pause) {
+  std::vector<TagId> ids;
+  if (!tags_named(name, &ids)) return CACHALLOC_ERROR_INVALID_VALUE;
+  if (!caching(current_mode())) return CACHALLOC_SUCCESS;  // nothing served, nothing to do
+  if (strict_capture_in_flight()) return CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  const char* what = pause ? "cachalloc_pause" : "cachalloc_resume";
+  const RealDriver* d = real_driver();
+  int first_error = CACHALLOC_SUCCESS;
+  for (TagId id : ids) {
+    bool all_no_op = true;
+    for (ContextState* s : live_states()) {
+      ContextGuard guard(d, s->context());
+      CachingAllocator& a = s->allocator();
+      bool no_op = false;
+      Status st;
+      if (pause) {
+        a.set_tag_backup(id, tag_backup(id));
+        st = a.pause(id, &no_op);
+      } else {
+        st = a.resume(id, &no_op);
+      }
+      all_no_op = all_no_op && no_op;
+      if (st != kSuccess) {
+        obs::logger().error("{}('{}') on device {}: driver error {}; the tag is left {} (docs/PAUSE.md)", what,
+                            tag_name(id), s->device(), st, a.tag_paused(id) ? "paused" : "running");
+        if (first_error == CACHALLOC_SUCCESS) first_error = st;
+      }
+    }
+    if (all_no_op && name != nullptr)
+      obs::logger().warn("{}('{}'): the tag is already {}; nothing done", what, tag_name(id),
+                         pause ? "paused" : "running");
+  }
+  return first_error;
+}
+
+}  // namespace
+}  // namespace cachalloc::shim
+
+using namespace cachalloc;
+using namespace cachalloc::shim;
+
+CACHALLOC_EXPORT int cachalloc_set_tag(const char* tag) {
+  return guarded([&] {
+    const TagId id = tag_id(tag);
+    if (id == kBadTag) return CACHALLOC_ERROR_INVALID_VALUE;
+    set_thread_tag(id);
+    return CACHALLOC_SUCCESS;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_get_tag(char* buf, size_t len) {
+  return guarded([&] {
+    const std::string name = tag_name(current_tag());
+    if (buf == nullptr || len == 0) return CACHALLOC_ERROR_INVALID_VALUE;
+    const std::size_t n = std::min(len - 1, name.size());
+    std::memcpy(buf, name.data(), n);
+    buf[n] = '\0';
+    return n == name.size() ? CACHALLOC_SUCCESS : CACHALLOC_ERROR_INVALID_VALUE;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_set_tag_backup(const char* tag, int enable) {
+  return guarded([&] {
+    const TagId id = tag_id(tag);
+    if (id == kBadTag || id == kUntagged) return CACHALLOC_ERROR_INVALID_VALUE;
+    set_tag_backup(id, enable != 0);
+    return CACHALLOC_SUCCESS;
+  });
+}
+
+CACHALLOC_EXPORT int cachalloc_pause(const char* tag) {
+  return guarded([&] { return pause_or_resume(tag, true); });
+}
+
+CACHALLOC_EXPORT int cachalloc_resume(const char* tag) {
+  return guarded([&] { return pause_or_resume(tag, false); });
+}
+
+CACHALLOC_EXPORT int cachalloc_tag_paused(const char* tag) {
+  return guarded([&] {
+    const TagId id = tag_id(tag);
+    if (id == kBadTag || id == kUntagged) return -CACHALLOC_ERROR_INVALID_VALUE;
+    for (ContextState* s : live_states())
+      if (s->allocator().tag_paused(id)) return 1;
+    return 0;
+  });
+}
