@@ -270,7 +270,7 @@ CACHALLOC_EXPORT int cachalloc_summary(int device, char* buf, size_t len) {
     if (device == -1) return copy_out(buf, len, obs::summary_text(report));
     std::string text;
     for (const obs::DeviceReport& d : report.devices)
-      if (d.device == device && !d.context_destroyed) text += obs::device_table(d.device, d.stats);
+      if (d.device == device && !d.context_destroyed) text += obs::device_table(d.device, d.stats) + obs::tag_table(d);
     if (text.empty()) return CACHALLOC_ERROR_INVALID_DEVICE;
     return copy_out(buf, len, text);
   });

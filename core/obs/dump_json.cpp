@@ -50,6 +50,33 @@ void repeated_ooms_array(JsonWriter& w, const ProcessReport& r) {
   w.end_array();
 }
 
+// Per tag: bytes, pause/resume counts and times (docs/PAUSE.md).
+void tags_object(JsonWriter& w, const DeviceReport& d) {
+  w.key("tags");
+  w.begin_object();
+  for (const TagReport& t : d.tags) {
+    const TagStats& s = t.stats;
+    w.key(t.name);
+    w.begin_object();
+    w.field("paused", s.paused);
+    w.field("cpu_backup", s.backup);
+    w.field("segments", static_cast<std::uint64_t>(s.segments));
+    w.field("reserved_bytes", static_cast<std::uint64_t>(s.reserved_bytes));
+    w.field("allocated_bytes", static_cast<std::uint64_t>(s.allocated_bytes));
+    w.field("paused_bytes", static_cast<std::uint64_t>(s.paused_bytes));
+    w.field("backup_bytes", static_cast<std::uint64_t>(s.backup_bytes));
+    w.field("backup_capacity_bytes", static_cast<std::uint64_t>(s.backup_capacity));
+    w.field("num_pauses", s.pauses);
+    w.field("num_resumes", s.resumes);
+    w.field("pause_seconds", s.pause_seconds);
+    w.field("resume_seconds", s.resume_seconds);
+    w.field("last_pause_seconds", s.last_pause_seconds);
+    w.field("last_resume_seconds", s.last_resume_seconds);
+    w.end_object();
+  }
+  w.end_object();
+}
+
 void device_object(JsonWriter& w, const DeviceReport& d) {
   w.begin_object();
   w.field("device", d.device);
@@ -64,6 +91,7 @@ void device_object(JsonWriter& w, const DeviceReport& d) {
   w.field("device_allocations_avoided", device_allocations_avoided(d.stats));
   w.field("peak_fragmentation", peak_fragmentation(d.stats));
   w.end_object();
+  if (!d.tags.empty()) tags_object(w, d);
   w.end_object();
 }
 
@@ -77,7 +105,7 @@ void block_object(JsonWriter& w, const BlockInfo& b) {
   w.end_object();
 }
 
-void segment_object(JsonWriter& w, const SegmentInfo& s) {
+void segment_object(JsonWriter& w, const SegmentInfo& s, const DeviceReport& d) {
   std::uint64_t allocated = 0, active = 0, requested = 0;
   for (const BlockInfo& b : s.blocks) {
     if (b.state == BlockState::allocated) allocated += b.size;
@@ -93,6 +121,13 @@ void segment_object(JsonWriter& w, const SegmentInfo& s) {
   w.field("stream", static_cast<std::uint64_t>(s.stream));
   w.field("segment_type", s.small_pool ? "small" : "large");
   w.field("expandable", s.expandable);
+  if (s.tag != kUntagged) {
+    std::string name = std::to_string(s.tag);
+    for (const TagReport& t : d.tags)
+      if (t.stats.tag == s.tag) name = t.name;
+    w.field("tag", name);
+    w.field("paused_size", static_cast<std::uint64_t>(s.paused_bytes));
+  }
   w.key("blocks");
   w.begin_array();
   for (const BlockInfo& b : s.blocks) block_object(w, b);
@@ -152,7 +187,7 @@ std::string snapshot_json(const ProcessReport& r, const std::string& host) {
     w.field("device", d.device);
     w.key("segments");
     w.begin_array();
-    for (const SegmentInfo& s : d.segments) segment_object(w, s);
+    for (const SegmentInfo& s : d.segments) segment_object(w, s, d);
     w.end_array();
     w.end_object();
   }

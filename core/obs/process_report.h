@@ -3,6 +3,8 @@
 // interposer knows.  The shim fills it; core/obs formats and writes it.
 #pragma once
 
+#include "tag_state.h"
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -54,8 +56,15 @@ struct InterposerCounters {
   void count(Passthrough p) { passthrough[static_cast<int>(p)].fetch_add(1, std::memory_order_relaxed); }
 };
 
+// One tag of a device's allocator (core/tag_state.h) under its name.
+struct TagReport {
+  std::string name;
+  TagStats stats;
+};
+
 struct DeviceReport {
   int device = 0;                      // CUDA device ordinal
+  std::vector<TagReport> tags;         // tags seen (pause/resume: docs/PAUSE.md)
   DeviceStats stats;
   std::size_t device_total = 0;        // bytes
   std::vector<SegmentInfo> segments;   // filled for snapshots only

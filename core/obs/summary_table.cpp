@@ -105,6 +105,35 @@ std::string device_table(int device, const DeviceStats& s) {
   return out;
 }
 
+// "1023.9MiB": at most 9 characters.
+std::string short_size(std::size_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (unit + 1 < 5 && v >= 1024.0) {
+    v /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.1f}{}", v, kUnits[unit]);
+}
+
+std::string tag_table(const DeviceReport& d) {
+  if (d.tags.empty()) return "";
+  std::string out = boxed(fmt::format(" {:<74}", fmt::format("Tags of device {} (docs/PAUSE.md)", d.device)));
+  out += rule('-');
+  auto row = [&](std::string_view text) { out += boxed(fmt::format("{:<75.75}", text)); };
+  row(fmt::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}", "tag", "state", "reserved", "allocated",
+                  "paused", "backup", "pauses/resum."));
+  for (const TagReport& t : d.tags) {
+    const TagStats& s = t.stats;
+    row(fmt::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}", t.name, s.paused ? "paused" : "running",
+                    short_size(s.reserved_bytes), short_size(s.allocated_bytes), short_size(s.paused_bytes),
+                    short_size(s.backup_bytes), fmt::format("{}/{}", s.pauses, s.resumes)));
+  }
+  out += rule('=');
+  return out;
+}
+
 std::int64_t device_allocations_avoided(const DeviceStats& s) {
   std::int64_t avoided = s.allocation[StatType::aggregate].allocated - s.num_device_alloc;
   return avoided > 0 ? avoided : 0;
@@ -154,7 +183,7 @@ std::string interposer_section(const ProcessReport& r) {
 
 std::string summary_text(const ProcessReport& r) {
   std::string out;
-  for (const DeviceReport& d : r.devices) out += device_table(d.device, d.stats);
+  for (const DeviceReport& d : r.devices) out += device_table(d.device, d.stats) + tag_table(d);
   out += interposer_section(r);
   return out;
 }

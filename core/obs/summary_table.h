@@ -27,6 +27,8 @@ std::string format_count(std::int64_t cnt, std::int64_t pref_cnt);
 
 // The boxed table for one device, each line "|...|\n".
 std::string device_table(int device, const DeviceStats& stats);
+// The tags of a device (name, state, bytes, pause/resume counts); "" without tags.
+std::string tag_table(const DeviceReport& d);
 
 // allocation.all.allocated - num_device_alloc, clamped at 0.
 std::int64_t device_allocations_avoided(const DeviceStats& stats);

@@ -100,6 +100,18 @@ static int cycle(void) {
   CHECK(cuMemAlloc_v2(&extra, 1000) == CUDA_ERROR_OUT_OF_MEMORY);
   CHECK_RC(set_tag(NULL), 0);
   CHECK_CU(cuMemFree_v2(k2));               /* freeing paused memory works */
+  {  /* per-tag statistics in the JSON dump and the summary table */
+    int (*stats_json)(char*, size_t) = (int (*)(char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_stats_json");
+    int (*summary)(int, char*, size_t) = (int (*)(int, char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_summary");
+    static char buf[1 << 20];
+    CHECK(stats_json && summary);
+    CHECK_RC(stats_json(buf, sizeof buf), 0);
+    CHECK(strstr(buf, "\"tags\":{\"weights\":{\"paused\":true,\"cpu_backup\":true") != NULL);
+    CHECK(strstr(buf, "\"kv_cache\":{\"paused\":true,\"cpu_backup\":false") != NULL);
+    CHECK(strstr(buf, "\"num_pauses\":1") != NULL);
+    CHECK_RC(summary(0, buf, sizeof buf), 0);
+    CHECK(strstr(buf, "Tags of device 0") != NULL && strstr(buf, "weights") != NULL);
+  }
 
   CHECK_RC(resume_tag(NULL), 0);
   CHECK_RC(resume_tag("weights"), 0);       /* a no-op */
