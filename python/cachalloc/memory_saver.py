@@ -112,9 +112,10 @@ def _torch_pool(tag):
     """A private torch.cuda.MemPool for `tag` when PyTorch's own caching
     allocator serves tensors (it would otherwise mix tags in its cache), else None."""
     import sys
+    from . import _torch_allocators
     torch = sys.modules.get("torch")
-    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
-        return None
+    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or _torch_allocators:
+        return None  # every tensor reaches cachalloc (no PyTorch cache), or the pluggable allocator
     try:
         backend = torch.cuda.memory.get_allocator_backend() if hasattr(torch.cuda.memory, "get_allocator_backend") \
             else torch.cuda.get_allocator_backend()

@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, fence_join, pinned_max_cached_mb, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, pinned_max_cached_mb, tag, tag_cpu_backup, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -419,4 +419,15 @@ TEST_CASE("to_string round-trips every value", "[config]") {
     c.roundup_power2_divisions[3] = 8;
     CHECK(same(parse_ok(c.to_string()), c));
   }
+}
+
+TEST_CASE("config: tag and tag_cpu_backup set the process's tag") {
+  Config c;
+  CHECK(parse_config("tag:kv_cache,tag_cpu_backup:true", &c).empty());
+  CHECK(c.tag == "kv_cache");
+  CHECK(c.tag_cpu_backup);
+  CHECK(c.to_string().find("tag:kv_cache") != std::string::npos);
+  Config d;
+  CHECK_FALSE(parse_config("tag:bad name", &d).empty());
+  CHECK_FALSE(parse_config("tag:a/b", &d).empty());
 }
