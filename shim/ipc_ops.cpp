@@ -30,7 +30,14 @@ bool describe_block(CUipcMemHandle* h, const AddressInfo& info) {
   return true;
 }
 
-CUresult refuse_expandable(CUdeviceptr ptr) {
+CUresult refuse_expandable(CUdeviceptr ptr, bool tagged) {
+  if (tagged) {
+    obs::logger().error("cuIpcGetMemHandle({:#x}): the block belongs to a tag (cachalloc_set_tag), and tagged memory "
+                        "is always cuMemMap'ed, which CUDA IPC cannot export (docs/PAUSE.md); allocate it untagged "
+                        "to share it",
+                        static_cast<unsigned long long>(ptr));
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   obs::logger().error(
       "cuIpcGetMemHandle({:#x}): the block lies in an expandable segment (cuMemMap'ed memory), which CUDA IPC "
       "cannot export; run with CACHALLOC_CONF=expandable_segments:false to share this memory",
@@ -63,7 +70,7 @@ CUresult do_ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   ContextState* owner = serving(current_mode()) ? find_owner(static_cast<DevicePtr>(ptr), &info) : nullptr;
   if (owner == nullptr || handle == nullptr) return d->cuIpcGetMemHandle(handle, ptr);
   if (!info.live) return CUDA_ERROR_INVALID_VALUE;  // freed memory, as the driver answers
-  if (info.expandable) return refuse_expandable(ptr);
+  if (info.expandable) return refuse_expandable(ptr, info.tag != kUntagged);
   // A block that is its whole segment is what a plain cuMemAlloc of its
   // size would be: the driver's own handle describes it exactly.
   const bool whole_segment = info.block == info.segment && info.requested == info.segment_size;

@@ -64,11 +64,11 @@ struct TagReport {
 
 struct DeviceReport {
   int device = 0;                      // CUDA device ordinal
-  std::vector<TagReport> tags;         // tags seen (pause/resume: docs/PAUSE.md)
   DeviceStats stats;
   std::size_t device_total = 0;        // bytes
   std::vector<SegmentInfo> segments;   // filled for snapshots only
   bool context_destroyed = false;      // its context was destroyed or reset (stats as they were then)
+  std::vector<TagReport> tags;         // tags seen (pause/resume: docs/PAUSE.md)
 };
 
 // An out-of-memory condition that repeats whatever the program does (a

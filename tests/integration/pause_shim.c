@@ -86,6 +86,8 @@ static int cycle(void) {
   CHECK_CU(cuMemGetAddressRange_v2(&base, &size, w + 100));
   CHECK(base == w && size == (30u << 20));
 
+  CUipcMemHandle ipc;
+  CHECK(cuIpcGetMemHandle(&ipc, w) == CUDA_ERROR_INVALID_VALUE); /* tagged: cuMemMap'ed, as the driver refuses */
   const size_t before = stats().live_bytes;
   CHECK_RC(pause_tag("kv_cache"), 0);
   CHECK_RC(pause_tag("weights"), 0);
