@@ -20,7 +20,8 @@
 //      paused and become unmapped address space (as expandable segments
 //      unmap cached pages): a resume will not map them.
 // resume(tag): pages of blocks freed while paused are forgotten the same
-//   way; then a new page is mapped at every paused page (all or nothing),
+//   way; then a new page is mapped at every paused page (all or nothing; out
+//   of memory releases the cache and retries once, as a malloc does),
 //   and the backup restored (all or nothing: on failure the pages go again).
 //
 // While paused: malloc in the tag answers kTagPaused; free works on the
@@ -119,6 +120,13 @@ Status CachingAllocator::resume(TagId tag, bool* no_op) {
   release_orphans();
   forget_free_pages_of(tag);  // blocks freed while paused
   Status st = map_paused_pages(tag);
+  if (st == kOutOfMemory) {
+    // As a malloc's out-of-memory path: cached free memory of every other
+    // tag and of untagged blocks goes back to the device first, then one retry.
+    synchronize_events();
+    release_all_cached();
+    st = map_paused_pages(tag);
+  }
   if (st != kSuccess) return st;
   if (ts.backup_valid) {
     st = restore_backup(ts);
@@ -286,7 +294,12 @@ Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
 
 Status CachingAllocator::restore_backup(TagState& ts) {
   const auto* base = static_cast<const unsigned char*>(ts.host);
-  for (const BackupEntry& e : ts.entries)
+  for (const BackupEntry& e : ts.entries) {
+    // A block freed while paused has no pages any more (its whole pages were
+    // forgotten): nothing to restore.  No block of the tag can have been
+    // allocated since (its mallocs were refused).
+    const Block* b = find_live(e.ptr);
+    if (b == nullptr || b->size != e.size) continue;
     for (std::size_t off = 0; off < e.size; off += kBackupChunk) {
       const std::size_t n = std::min(kBackupChunk, e.size - off);
       const Status st = backend_->copy_to_device_async(e.ptr + off, base + e.offset + off, n);
@@ -295,6 +308,7 @@ Status CachingAllocator::restore_backup(TagState& ts) {
         return st;
       }
     }
+  }
   return backend_->copy_synchronize();
 }
 

@@ -3,6 +3,7 @@
 // call of pause and resume (nothing lost, nothing leaked), and threads
 // allocating while another pauses.
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -246,6 +247,31 @@ TEST_CASE("resume: out of memory leaves the tag paused and resumable later") {
   CHECK(f.holds(w, 100 * MiB, 9));
 }
 
+TEST_CASE("resume: a backed-up block freed while paused is not restored (its pages are gone)") {
+  PauseFixture f;
+  f.alloc->set_tag_backup(kWeights, true);
+  const DevicePtr a = f.tmalloc(60 * MiB, kWeights);
+  const DevicePtr b = f.tmalloc(30 * MiB, kWeights);
+  f.fill(b, 30 * MiB, 4);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  f.free(a);  // its whole pages are forgotten at resume; the fake throws on a copy there
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.holds(b, 30 * MiB, 4));
+  f.free(b);
+}
+
+TEST_CASE("resume: out of memory first gives cached memory back, then retries") {
+  PauseFixture f({}, 200 * MiB);
+  const DevicePtr w = f.tmalloc(60 * MiB, kWeights);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  const DevicePtr other = f.malloc(150 * MiB);  // another engine, untagged, then freed: cached
+  f.free(other);
+  CHECK(f.backend.used() == 150 * MiB);
+  REQUIRE(f.resume(kWeights) == kSuccess);  // 60 MiB more would not fit beside the cache
+  CHECK(f.backend.used() == 60 * MiB);
+  f.free(w);
+}
+
 namespace {
 
 // One scenario: two tags (one backed up), live and cached blocks, then
@@ -275,7 +301,10 @@ bool run_with_fault(int n, bool fault_in_resume) {
     if (st != kSuccess) break;
   }
   const bool fired = f.backend.fault_fired();
-  CHECK(fired == (st != kSuccess));
+  // (Resume retries an out-of-memory answer once, after releasing the cache:
+  // a fault at vm_create may be recovered from.)
+  if (fault_in_resume) CHECK((st == kSuccess || fired));
+  else CHECK(fired == (st != kSuccess));
   f.backend.fail_call_at(-1);
   if (fault_in_resume && st != kSuccess) {
     // A failed resume leaves the tag paused.
@@ -317,35 +346,43 @@ TEST_CASE("pause: threads allocating in every tag while another pauses and resum
   f.alloc->set_tag_backup(kWeights, true);
   std::atomic<bool> stop{false};
   std::atomic<int> refused{0};
+  std::atomic<int> errors{0};  // (Catch's assertions are not thread-safe: counted here, checked after)
   auto worker = [&](TagId tag, StreamId stream) {
     std::vector<DevicePtr> held;
     unsigned r = static_cast<unsigned>(tag * 7919 + stream);
-    for (int i = 0; i < 3000 && !stop.load(); ++i) {
+    while (!stop.load()) {
       r = r * 1103515245 + 12345;
       const std::size_t size = (r >> 8) % 2 ? 512 + (r >> 12) % 8192 : 1 * MiB + (r >> 12) % (24 * MiB);
       DevicePtr p = 0;
       const Status st = f.alloc->malloc_tagged(&p, size, stream, tag);
       if (st == kTagPaused) ++refused;
       else if (st == kSuccess) held.push_back(p);
+      else ++errors;
       if (held.size() > 8 || (!held.empty() && (r >> 20) % 3 == 0)) {
-        REQUIRE(f.alloc->free(held.front()) == kSuccess);  // also while paused
+        if (f.alloc->free(held.front()) != kSuccess) ++errors;  // also while paused
         held.erase(held.begin());
       }
     }
-    for (DevicePtr p : held) REQUIRE(f.alloc->free(p) == kSuccess);
+    for (DevicePtr p : held)
+      if (f.alloc->free(p) != kSuccess) ++errors;
   };
   std::vector<std::thread> threads;
   threads.emplace_back(worker, kUntagged, 0);
   threads.emplace_back(worker, kWeights, 0);
   threads.emplace_back(worker, kKv, 3);
+  int cycle_errors = 0;
   for (int i = 0; i < 200; ++i) {
-    REQUIRE(f.alloc->pause(kWeights) == kSuccess);
-    REQUIRE(f.alloc->pause(kKv) == kSuccess);
-    REQUIRE(f.alloc->resume(kKv) == kSuccess);
-    REQUIRE(f.alloc->resume(kWeights) == kSuccess);
+    cycle_errors += f.alloc->pause(kWeights) != kSuccess;
+    cycle_errors += f.alloc->pause(kKv) != kSuccess;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // the workers meet the paused tags
+    cycle_errors += f.alloc->resume(kKv) != kSuccess;
+    cycle_errors += f.alloc->resume(kWeights) != kSuccess;
   }
   stop = true;
   for (auto& t : threads) t.join();
+  CHECK(cycle_errors == 0);
+  CHECK(errors == 0);
+  CHECK(refused > 0);  // the workers did meet paused tags
   f.alloc->validate();
   f.empty_cache();
   CHECK(f.backend.used() == 0);
