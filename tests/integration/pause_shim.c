@@ -142,7 +142,7 @@ static int resume_oom(void) {
   CHECK_RC(set_tag(NULL), 0);
   fill(w, 50u << 20, 5);
   CHECK_RC(pause_tag("weights"), 0);
-  fake_cuda_fail("cuMemCreate", 1, 1, CUDA_ERROR_OUT_OF_MEMORY);
+  fake_cuda_fail("cuMemCreate", 1, -1, CUDA_ERROR_OUT_OF_MEMORY); /* the retry after the cache release fails too */
   CHECK_RC(resume_tag("weights"), CUDA_ERROR_OUT_OF_MEMORY);
   CHECK(tag_paused("weights") == 1);
   CHECK(stats().live_vm_handles == 0);      /* the page mapped before the failure went back */
