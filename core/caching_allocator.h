@@ -97,7 +97,10 @@ class CachingAllocator {
   // after this call completes.  Fences are batched: one is recorded when the
   // cache misses and enough frees wait (about 20 per driver event of a
   // fence), or when the waiting bytes pass deferred_bytes_limit(); their
-  // completion is checked when the cache misses.  Never synchronizes.
+  // completion is checked when the cache misses.  Once more than
+  // Config::fence_wait_max bytes (and 20 frees) wait, the free joins them:
+  // reusable at once, later work ordered after them on the device
+  // (fence_path.cpp, bound_waiting).  Never synchronizes.
   Status free_deferred(DevicePtr ptr);
   // Bytes that may wait for a fence before one is recorded at the free.
   std::size_t deferred_bytes_limit() const { return deferred_bytes_limit_; }
@@ -284,6 +287,7 @@ class CachingAllocator {
 
   // Fences for deferred frees (fence_path.cpp).
   void defer(Block* block);
+  void bound_waiting();
   bool reclaim_pending(std::size_t size);
   bool issue_fence();
   bool poll_fences();

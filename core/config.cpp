@@ -191,6 +191,12 @@ bool set_handle_type(std::string_view v, Config& c) {
 }
 bool set_free_sync(std::string_view v, Config& c) { return set_enum(v, kFreeSyncNames, c.free_sync); }
 bool set_fence_join(std::string_view v, Config& c) { return set_bool(v, c.fence_join); }
+bool set_fence_wait_max(std::string_view v, Config& c) {
+  if (lower(v) == "unlimited") return (c.fence_wait_max = kUnlimited), true;
+  const auto bytes = parse_mib(v, 0);
+  if (bytes) c.fence_wait_max = *bytes;
+  return bytes.has_value();
+}
 bool set_log_level(std::string_view v, Config& c) { return set_enum(v, kLogLevelNames, c.log_level); }
 
 bool set_path(std::string_view v, std::string& out) {
@@ -242,6 +248,7 @@ constexpr KeyHandler kHandlers[] = {
     {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
     {"fence_join", set_fence_join, false, "true or false"},
+    {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
@@ -426,6 +433,7 @@ std::string Config::to_string() const {
          kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
   append(out, "fence_join", fence_join ? "true" : "false");
+  append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   // Unset paths and signal have no text that parses either; leaving them

@@ -44,6 +44,12 @@ struct Config {
   // that could serve it orders all later work after the fences instead
   // (cuCtxWaitEvent; core/fence_path.cpp, join_waiting) and reuses them.
   bool fence_join = true;
+  // The most bytes of plain frees that may wait behind fences: once more
+  // wait (and at least 20 frees, so that the two driver calls of a join
+  // stay at 0.1 per free), the free itself joins them (core/fence_path.cpp,
+  // bound_waiting).  kUnlimited: only misses join.
+  static constexpr std::size_t kDefaultFenceWaitMax = std::size_t{64} << 20;
+  std::size_t fence_wait_max = kDefaultFenceWaitMax;
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
   // (cuMemHostAlloc and friends go to the driver unchanged).  On by

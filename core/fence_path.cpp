@@ -13,8 +13,10 @@
 // serve it: the alternative is growing the cache (reclaim_pending).
 // Fences are queried when the cache misses, oldest first; a completed fence
 // returns its batch to the pools.  The bytes waiting are bounded: past
-// deferred_bytes_limit() a fence is recorded at the free itself, and the
-// out-of-memory path waits for every fence before it gives up.
+// fence_wait_max (64 MiB by default) the free joins them (bound_waiting),
+// where joins are impossible past deferred_bytes_limit() it records a fence
+// itself, and the out-of-memory path waits for every fence before it gives
+// up.
 //
 // States: a deferred block is neither allocated nor free — pending_events
 // is 1 and `deferred` is set — while it sits in deferred_ (not yet behind a
@@ -32,8 +34,28 @@ Status CachingAllocator::free_deferred(DevicePtr ptr) {
   Block* block = release_live(ptr, &st);
   if (block == nullptr) return st;
   defer(block);
-  if (deferred_bytes_ > deferred_bytes_limit_) [[unlikely]] issue_fence();
+  if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max || deferred_bytes_ > deferred_bytes_limit_) [[unlikely]]
+    bound_waiting();
   return kSuccess;
+}
+
+// More than fence_wait_max bytes of frees wait: the free joins them (one
+// fence and the device-side order, join_fences), so they are reusable at
+// once and the memory a multi-stream program holds stays within that many
+// bytes of what it would hold if every free were reusable at once.  With
+// joins at misses only, freed blocks piled up between misses while later
+// requests carved other free blocks (the side-stream program with classic
+// segments peaked 15-19 % over PyTorch's own allocator, docs/BENCHMARKS.md
+// section 5).  At least 20 frees must wait, so
+// that the join's two driver calls stay at 0.1 per free; where no join is
+// possible (no cuCtxWaitEvent, fence_join:false, a capture) a fence is
+// recorded at the free once the frees not yet behind one pass
+// deferred_bytes_limit(), to be reclaimed by a later miss.
+void CachingAllocator::bound_waiting() {
+  if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max && joins_possible_ &&
+      deferred_count_ + fenced_count_ >= kFreesPerFenceEvent && backend_->fence_join_supported() && join_fences())
+    return;
+  if (deferred_bytes_ > deferred_bytes_limit_) issue_fence();
 }
 
 void CachingAllocator::defer(Block* block) {
