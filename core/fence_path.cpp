@@ -47,13 +47,19 @@ Status CachingAllocator::free_deferred(DevicePtr ptr) {
 // requests carved other free blocks (the side-stream program with classic
 // segments peaked 15-19 % over PyTorch's own allocator, docs/BENCHMARKS.md
 // section 5).  At least 20 frees must wait, so
-// that the join's two driver calls stay at 0.1 per free; where no join is
+// that the join's two driver calls stay at 0.1 per free — unless four times
+// the bound waits (a few large tensors: on the side-stream program fewer
+// than 20 frees held up to 1.3 GB back), where two calls are nothing beside
+// the bytes.  So what waits stays under the bound plus one free while frees are
+// many, and under four times the bound plus one free always.  Where no join is
 // possible (no cuCtxWaitEvent, fence_join:false, a capture) a fence is
 // recorded at the free once the frees not yet behind one pass
 // deferred_bytes_limit(), to be reclaimed by a later miss.
 void CachingAllocator::bound_waiting() {
-  if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max && joins_possible_ &&
-      deferred_count_ + fenced_count_ >= kFreesPerFenceEvent && backend_->fence_join_supported() && join_fences())
+  const std::size_t waiting = deferred_bytes_ + fenced_bytes_;
+  const bool amortized = deferred_count_ + fenced_count_ >= kFreesPerFenceEvent || waiting / 4 > config_.fence_wait_max;
+  if (waiting > config_.fence_wait_max && amortized && joins_possible_ && backend_->fence_join_supported() &&
+      join_fences())
     return;
   if (deferred_bytes_ > deferred_bytes_limit_) issue_fence();
 }

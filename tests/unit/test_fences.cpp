@@ -487,6 +487,24 @@ TEST_CASE("past fence_wait_max a free joins the waiting frees: reusable at once,
   CHECK(f.backend.fence_records + f.backend.fence_joins <= 40 / 10);
 }
 
+TEST_CASE("a few large frees past four times fence_wait_max are joined without waiting for 20") {
+  Config cfg;
+  cfg.fence_wait_max = 4 * MiB;
+  JoinFixture f(cfg);
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(f.checked_malloc(8 * MiB));
+  f.defer(blocks[0], 8 * MiB);  // 8 MiB: over the bound, 1 free, under 4x: waits
+  f.defer(blocks[1], 8 * MiB);  // 16 MiB: exactly 4x, not over: waits
+  CHECK(f.backend.fence_joins == 0);
+  f.defer(blocks[2], 8 * MiB);  // 24 MiB > 16 MiB: joined
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(f.stats().deferred_free_bytes.peak == 24 * MiB);
+  const int segments = f.backend.alloc_calls;
+  for (int i = 0; i < 3; ++i) f.checked_malloc(8 * MiB);  // the oracle checks each reuse
+  CHECK(f.backend.alloc_calls == segments);
+}
+
 TEST_CASE("under fence_wait_max frees wait for a miss; with unlimited, only misses join") {
   for (const std::size_t bound : {std::size_t{64} * MiB, std::numeric_limits<std::size_t>::max()}) {
     Config cfg;
