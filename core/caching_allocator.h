@@ -436,3 +436,5 @@ class CachingAllocator {
 };
 
 }  // namespace cachalloc
+
+#include "thread_cache_path.h"  // the inline hot halves of malloc_cached / free_cached

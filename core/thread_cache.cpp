@@ -61,26 +61,9 @@ ThreadCache* find_thread_cache_slow(std::uint64_t serial) {
       s.last_serial = serial;
       return tc;
     }
+  s.last = nullptr;
+  s.last_serial = serial;
   return nullptr;
-}
-
-// ------------------------------------------------------------ hot halves
-
-bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, StreamId stream) {
-  if (size - 1 >= ThreadCache::kMaxBlock) return false;  // size 0 too
-  ThreadCache* tc = find_thread_cache(serial_);
-  if (tc == nullptr || !tc_usable()) return false;
-  const std::size_t rounded = round_size(size, config_);
-  if (rounded > ThreadCache::kMaxBlock) return false;
-  tc->mutex.lock();
-  Block* b = tc->take(rounded, size, stream);
-  const bool ids_out = tc->next_id == tc->id_end;
-  tc->mutex.unlock();
-  if (b != nullptr) [[likely]] {
-    *out = b->ptr;
-    return true;
-  }
-  return ids_out && malloc_cached_slow(out, size, stream, tc);
 }
 
 // A miss because the cache's reserved ids ran out: more, and again.
@@ -96,23 +79,6 @@ bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, Stre
   if (b == nullptr) return false;
   *out = b->ptr;
   return true;
-}
-
-Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
-  ThreadCache* tc = nullptr;
-  if (tc_usable()) [[likely]] {
-    tc = find_thread_cache(serial_);
-    if (tc != nullptr) [[likely]] {
-      tc->mutex.lock();
-      const bool kept = tc->give(ptr, stream);
-      tc->mutex.unlock();
-      if (kept) [[likely]] return kSuccess;
-    } else {
-      tc = create_thread_cache();
-    }
-  }
-  if (tc == nullptr && stream == kAnyStream) return free(ptr);  // the layer is off
-  return free_adopt(ptr, stream, tc);
 }
 
 // ------------------------------------------------------------ locked halves
@@ -199,7 +165,7 @@ Block* CachingAllocator::detach(Block* block) {
   std::lock_guard tl(tc->mutex);
   if (!block->tc_live) return nullptr;
   merge_deltas(tc);  // the core's counters then hold the block as the program does
-  tc->out.erase(block->ptr);
+  tc->erase_out(block);
   tc->owned_bytes -= block->size;
   block->tc = nullptr;
   block->tc_live = false;
@@ -279,12 +245,13 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
   tc->cached_bytes = 0;
   tc->cached_count = 0;
   if (out_too) {
-    tc->out.for_each([&](DevicePtr, Block* b) {
+    tc->for_each_out([&](DevicePtr, Block* b) {
       b->tc = nullptr;
       b->tc_live = false;
       tc->owned_bytes -= b->size;
     });
     tc->out = LiveMap{};
+    tc->recent = nullptr;
   }
   return n;
 }

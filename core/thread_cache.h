@@ -118,7 +118,10 @@ struct ThreadCache {
 
   // Guarded by `mutex`:
   Block* bins[kBins] = {};
-  LiveMap out;                 // handed-out blocks by address
+  // Handed-out blocks: the newest in `recent` (a pair frees what it just
+  // got: no hash), the others in `out` by address.
+  Block* recent = nullptr;
+  LiveMap out;
   std::size_t owned_bytes = 0;
   std::size_t cached_bytes = 0;
   std::size_t cached_count = 0;
@@ -132,6 +135,29 @@ struct ThreadCache {
   // (touched by the owner thread only, and by the registry at thread exit).
   ThreadCache* next_in_alloc = nullptr;
   ThreadCache* next_in_thread = nullptr;
+
+  // The handed-out blocks, as one set.
+  Block* find_out(DevicePtr ptr) const {
+    if (recent != nullptr && recent->ptr == ptr) [[likely]] return recent;
+    return out.size() != 0 ? out.find(ptr) : nullptr;
+  }
+  void erase_out(Block* b) {
+    if (b == recent) {
+      recent = nullptr;
+    } else {
+      out.erase(b->ptr);
+    }
+  }
+  void insert_out(Block* b) {
+    if (recent != nullptr) [[unlikely]] out.insert(recent->ptr, recent);
+    recent = b;
+  }
+  std::size_t out_count() const { return out.size() + (recent != nullptr); }
+  template <class Fn>
+  void for_each_out(Fn&& fn) const {
+    if (recent != nullptr) fn(recent->ptr, recent);
+    out.for_each(fn);
+  }
 
   // The owner's hot halves (thread_cache.cpp's callers inline them):
   // a cached block of exactly `size` bytes on `stream`, live again for a
@@ -151,7 +177,9 @@ inline constexpr StreamId kAnyStream = ~StreamId{0};
 std::uint64_t next_allocator_serial();
 
 // The calling thread's cache for allocator `serial`, or nullptr (no
-// creation).  One thread-local compare in the common case.
+// creation).  One thread-local compare in the common case: the slot
+// remembers the last allocator asked about, with its cache or none (a miss
+// is remembered too; create_thread_cache() updates the slot).
 struct ThreadSlot {
   std::uint64_t last_serial;
   ThreadCache* last;
@@ -162,7 +190,7 @@ extern thread_local constinit ThreadSlot t_thread_slot;
 ThreadCache* find_thread_cache_slow(std::uint64_t serial);
 inline ThreadCache* find_thread_cache(std::uint64_t serial) {
   ThreadSlot& s = t_thread_slot;
-  if (s.last_serial == serial && s.last != nullptr) [[likely]] return s.last;
+  if (s.last_serial == serial) [[likely]] return s.last;
   return find_thread_cache_slow(serial);
 }
 
@@ -180,7 +208,7 @@ inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stre
   b->tc_live = true;
   b->requested = req;
   b->id = next_id++;
-  out.insert(b->ptr, b);
+  insert_out(b);
   cached_bytes -= b->size;
   --cached_count;
   count.up(1);
@@ -190,9 +218,9 @@ inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stre
 }
 
 inline bool ThreadCache::give(DevicePtr ptr, StreamId stream) {
-  Block* b = out.find(ptr);
-  if (b == nullptr || (stream != kAnyStream && stream != b->stream)) return false;
-  out.erase(ptr);
+  Block* b = find_out(ptr);
+  if (b == nullptr || (stream != kAnyStream && stream != b->stream)) [[unlikely]] return false;
+  erase_out(b);
   b->tc_live = false;
   std::size_t bin = bin_of(b->size);
   b->free_next = bins[bin];

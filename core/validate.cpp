@@ -73,7 +73,7 @@ std::size_t CachingAllocator::check_thread_caches() const {
         cached_bytes += b->size;
       }
     check(cached == tc->cached_count && cached_bytes == tc->cached_bytes, "thread cache counts disagree", 0);
-    tc->out.for_each([&](DevicePtr ptr, const Block* b) {
+    tc->for_each_out([&](DevicePtr ptr, const Block* b) {
       check(b->ptr == ptr && b->tc == tc && b->tc_live && b->allocated, "handed-out block not owned, or freed", ptr);
       check(live_.find(ptr) == b, "handed-out block missing from the live map", ptr);
       check(b->requested <= b->size && b->id != 0 && b->id <= next_id_, "handed-out block's identity", ptr);
@@ -82,7 +82,7 @@ std::size_t CachingAllocator::check_thread_caches() const {
     check(tc->owned_bytes == cached_bytes + out_bytes && tc->owned_bytes <= tc->limit,
           "thread cache owns other bytes than its blocks, or more than its limit", 0);
     check(tc->next_id <= tc->id_end && tc->id_end <= next_id_ + 1, "thread cache ids outside its reservation", 0);
-    owned += cached + tc->out.size();
+    owned += cached + tc->out_count();
   }
   return owned;
 }
