@@ -32,13 +32,13 @@ static int tc_freed_queries(void) {
   CUdeviceptr start = 0;
   CHECK(A->pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) != CUDA_SUCCESS);
   unsigned long long id1 = 0, id2 = 0;
-  CHECK_CU(A->mem_alloc(&q, 3000)); /* the same size class: the cached block */
+  CHECK_CU(A->mem_alloc(&q, 3700)); /* the same rounded size (4 KiB): the cached block */
   CHECK(q == p);
   CHECK_CU(A->get_address_range(&base, &size, q));
-  CHECK(base == q && size == 3000);
+  CHECK(base == q && size == 3700);
   CHECK_CU(A->pointer_get_attribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, q));
   CHECK_CU(A->mem_free(q));
-  CHECK_CU(A->mem_alloc(&q, 3500));
+  CHECK_CU(A->mem_alloc(&q, 3900));
   CHECK(q == p);
   CHECK_CU(A->pointer_get_attribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, q));
   CHECK(id1 != id2); /* a fresh allocation identity each time */
