@@ -6,7 +6,7 @@
 
 namespace cachalloc {
 
-inline bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, StreamId stream) {
+[[gnu::always_inline]] inline bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, StreamId stream) {
   if (size - 1 >= ThreadCache::kMaxBlock) return false;  // size 0 too
   ThreadCache* tc = find_thread_cache(serial_);
   if (tc == nullptr || !tc_usable()) return false;
@@ -23,7 +23,7 @@ inline bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, St
   return ids_out && malloc_cached_slow(out, size, stream, tc);
 }
 
-inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
+[[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
   ThreadCache* tc = nullptr;
   if (tc_usable()) [[likely]] {
     tc = find_thread_cache(serial_);
