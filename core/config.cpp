@@ -149,6 +149,13 @@ bool set_pinned_max_cached(std::string_view v, Config& c) {
   return bytes.has_value();
 }
 
+bool set_thread_cache(std::string_view v, Config& c) {
+  const auto kib = parse_uint(v);
+  if (!kib || *kib > (std::size_t{1} << 30)) return false;  // at most 1 TiB, no overflow below
+  c.thread_cache_bytes = static_cast<std::size_t>(*kib) << 10;
+  return true;
+}
+
 bool set_gc_threshold(std::string_view v, Config& c) {
   const auto x = parse_real(v);
   if (!x || !(*x > 0.0 && *x < 1.0)) return false;
@@ -250,6 +257,7 @@ constexpr KeyHandler kHandlers[] = {
     {"fence_join", set_fence_join, false, "true or false"},
     {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
+    {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
     {"snapshot_signal", set_snapshot_signal, false, "USR1, USR2 or a signal number 1..64"},
@@ -436,6 +444,7 @@ std::string Config::to_string() const {
   append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
+  append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));
   // Unset paths and signal have no text that parses either; leaving them
   // out keeps the default, which is what they are.
   if (!stats.empty()) append(out, "stats", stats);

@@ -57,6 +57,13 @@ struct Config {
   // (PyTorch's own host cache has no bound; docs/HOST.md, "Configuration").
   static constexpr std::size_t kDefaultPinnedMaxCached = std::size_t{1024} << 20;
   std::size_t pinned_max_cached = kDefaultPinnedMaxCached;
+  // --- per-thread front caches (core/thread_cache.h) ---
+  // Bytes of small blocks each host thread may own in its front cache per
+  // context (blocks it holds freed for its own reuse plus those it handed
+  // out again); 0 turns the layer off.  Flushed at thread exit, empty_cache,
+  // a miss that would grow the cache, OOM, snapshots and context death.
+  static constexpr std::size_t kDefaultThreadCacheBytes = std::size_t{1024} << 10;
+  std::size_t thread_cache_bytes = kDefaultThreadCacheBytes;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

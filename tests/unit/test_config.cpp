@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, thread_cache_kb, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -402,7 +402,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,pinned_max_cached_mb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -432,4 +432,13 @@ TEST_CASE("to_string round-trips every value", "[config]") {
     c.roundup_power2_divisions[3] = 8;
     CHECK(same(parse_ok(c.to_string()), c));
   }
+}
+
+TEST_CASE("thread_cache_kb: KiB per thread, 0 turns the per-thread caches off") {
+  CHECK(Config{}.thread_cache_bytes == 1024 * 1024);
+  CHECK(parse_ok("thread_cache_kb:256").thread_cache_bytes == 256 * 1024);
+  CHECK(parse_ok("thread_cache_kb:0").thread_cache_bytes == 0);
+  CHECK(parse_error("thread_cache_kb:-1") != "");
+  CHECK(parse_error("thread_cache_kb:1k") != "");
+  CHECK(parse_error("thread_cache_kb:99999999999") != "");
 }
