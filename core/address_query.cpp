@@ -33,7 +33,15 @@ Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
     b = seg->head;
     while (b != nullptr && ptr >= b->ptr + b->size) b = b->next;
   }
-  if (b == nullptr || !b->allocated || ptr >= b->ptr + b->requested) return kSuccess;
+  if (b == nullptr || !b->allocated) return kSuccess;
+  // A thread-owned block: its program state and identity under its cache's
+  // lock (thread_cache.h, point (a)).
+  std::unique_lock<FastMutex> tl;
+  if (b->tc != nullptr) [[unlikely]] {
+    tl = std::unique_lock(b->tc->mutex);
+    if (!b->tc_live) return kSuccess;
+  }
+  if (ptr >= b->ptr + b->requested) return kSuccess;
   out->live = true;
   out->block = b->ptr;
   out->requested = b->requested;
@@ -45,6 +53,7 @@ Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
 Status CachingAllocator::mark_exported(DevicePtr block, std::uint64_t id) {
   std::lock_guard lock(mutex_);
   Block* b = find_live(block);
+  if (b != nullptr && b->tc != nullptr) b = detach(b);  // exported memory is never cached
   if (b == nullptr || b->id != id) return inside_segment(block) ? kInvalidValue : kNotOwned;
   if (b->segment->expandable) return kNotSupported;
   b->exported = true;
@@ -59,6 +68,7 @@ std::size_t CachingAllocator::mark_range_exported(DevicePtr lo, DevicePtr hi) {
   for (; it != segments_.end() && it->second->base < hi; ++it)
     for (Block* b = it->second->head; b != nullptr; b = b->next)
       if (b->allocated && b->ptr < hi && lo < b->ptr + b->size) {
+        if (b->tc != nullptr && detach(b) == nullptr) continue;  // cached: freed
         b->exported = true;
         ++marked;
       }

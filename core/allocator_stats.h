@@ -61,6 +61,18 @@ class PoolStats {
     }
   }
 
+  // Deltas a thread cache gathered (thread_cache.h, ThreadDelta): current
+  // and accumulated counts move by `current` and `allocated`; the peaks
+  // cover the highest current the cache reached since its last merge.
+  void adjust(bool small, std::int64_t current, std::int64_t allocated, std::int64_t high) {
+    Counter& c = pool_[small ? 0 : 1];
+    if (c.current + high > c.peak) c.peak = c.current + high;
+    const std::int64_t total = pool_[0].current + pool_[1].current + high;
+    if (total > aggregate_peak_) aggregate_peak_ = total;
+    c.current += current;
+    c.allocated += allocated;
+  }
+
   // The Stat of one entry (aggregate, small or large pool), as stats.h has it.
   Stat operator[](StatType t) const;
   StatArray get() const;

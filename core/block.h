@@ -40,6 +40,7 @@ namespace cachalloc {
 
 struct Segment;
 class StreamBins;
+struct ThreadCache;
 
 struct Block {
   DevicePtr ptr = 0;
@@ -63,6 +64,12 @@ struct Block {
   Block* free_next = nullptr;
   bool in_pool = false;
   bool deferred = false;       // freed, waiting for a fence (counted in pending_events)
+  // Thread-owned (thread_cache.h): the owning thread's cache, set and
+  // cleared under the allocator's and that cache's locks; tc_live (under the
+  // cache's lock) says whether the program holds it (handed out again) or
+  // freed it (cached).  A thread-owned block keeps allocated set.
+  ThreadCache* tc = nullptr;
+  bool tc_live = false;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return mapped && !allocated && pending_events == 0 && !retained; }

@@ -9,7 +9,8 @@
 namespace cachalloc {
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config, int device)
-    : backend_(backend), config_(config), device_(device) {
+    : serial_(next_allocator_serial()), backend_(backend), config_(config), device_(device) {
+  tc_on_.store(config_.thread_cache_bytes != 0, std::memory_order_relaxed);
   std::size_t free_bytes = 0;
   if (backend_->mem_info(&free_bytes, &device_total_) != kSuccess) device_total_ = 0;
   allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
@@ -25,6 +26,8 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config,
 CachingAllocator::~CachingAllocator() {
   // Live blocks belong to the program; only what is cached goes back.  The
   // shim never destroys allocators at process exit (the driver may be gone).
+  // Thread caches give their blocks back and forget this allocator first.
+  orphan_thread_caches();
   std::lock_guard lock(mutex_);
   settle_held();
   synchronize_events();
@@ -68,12 +71,17 @@ void CachingAllocator::drop_block(Block* block) {
   block->stream_uses.clear();
   block->free_prev = block->free_next = nullptr;
   block->in_pool = block->deferred = false;
+  block->tc = nullptr;
+  block->tc_live = false;
   spare_blocks_.push_back(block);
 }
 
 Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
   std::lock_guard lock(mutex_);
   Block* block = find_live(ptr);
+  // A thread-owned block becomes a plain live one: its free must now wait.
+  if (block != nullptr && block->tc != nullptr) [[unlikely]]
+    if ((block = detach(block)) == nullptr) return kInvalidValue;
   if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
   // Use on the block's own stream needs no event: stream order covers it.
   if (stream == block->stream) return kSuccess;
@@ -89,11 +97,13 @@ bool CachingAllocator::owns(DevicePtr ptr) const {
 
 bool CachingAllocator::is_live(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
-  return find_live(ptr) != nullptr;
+  const Block* b = find_live(ptr);
+  return b != nullptr && program_live(b);
 }
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  flush_thread_caches(false);
   settle_held();  // the held block's segment may be whole once merged
   synchronize_events();
   release_all_cached();
@@ -119,13 +129,18 @@ std::size_t CachingAllocator::releasable_bytes() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return settled_stats();
+  lock_thread_caches();
+  DeviceStats s = settled_stats();
+  unlock_thread_caches();
+  return s;
 }
 
+// (The thread caches' locks held: their unmerged deltas count.)
 DeviceStats CachingAllocator::settled_stats() const {
-  if (held_ == nullptr) return stats_.get();
+  if (held_ == nullptr && tcs_ == nullptr) return stats_.get();
   AllocatorStats s = stats_;
-  count_held_free(s, held_);
+  if (held_ != nullptr) count_held_free(s, held_);
+  add_deltas(s);
   return s.get();
 }
 
@@ -133,14 +148,16 @@ void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   // The reuse of a held block moves no current and compares only the peaks
   // its free and reuse could reach, which is exact only while no peak was
-  // lowered since its free.
+  // lowered since its free.  Thread caches' deltas merge first, likewise.
   settle_held();
+  merge_all_deltas();
   stats_.reset_peak();
 }
 
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard lock(mutex_);
   settle_held();  // its free counts before the reset (its reuse only adds to the counts)
+  merge_all_deltas();  // so do the thread caches' deltas
   stats_.reset_accumulated();
   accumulated_reset_ = true;
 }
@@ -148,10 +165,14 @@ void CachingAllocator::reset_accumulated_stats() {
 void CachingAllocator::set_observer(AllocatorObserver* observer) {
   std::lock_guard lock(mutex_);
   observer_ = observer;
+  // Thread caches send no trace events: while the observer records them,
+  // every operation takes the locked path (malloc_cached, free_cached).
+  tc_observer_.store(observer, std::memory_order_relaxed);
 }
 
 std::vector<SegmentInfo> CachingAllocator::snapshot() {
   std::lock_guard lock(mutex_);
+  flush_thread_caches(true);  // their blocks then read as the program holds them
   settle_held();  // a snapshot shows free blocks merged, as the statistics count them
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());

@@ -20,9 +20,12 @@
 // skips even the split and the merge: the freed block is held unmerged
 // until the next request takes it again (reuse_path.cpp).
 //
-// Thread safety: every public method takes the allocator's mutex.
+// Thread safety: every public method takes the allocator's mutex, except
+// the per-thread front cache's hot halves (malloc_cached / free_cached hits,
+// thread_cache.h), which take only the calling thread's cache lock.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -43,6 +46,7 @@
 #include "size_policy.h"
 #include "allocator_stats.h"
 #include "stats.h"
+#include "thread_cache.h"
 #include "tag_state.h"
 
 namespace cachalloc {
@@ -114,6 +118,23 @@ class CachingAllocator {
   // and then nothing changes.
   Status free(DevicePtr ptr);
 
+  // Per-thread front cache (thread_cache.h).  malloc_cached: true (and *out
+  // set) when the calling thread's cache had a block of the request's
+  // rounded size on `stream`; false changes nothing (call malloc()).
+  bool malloc_cached(DevicePtr* out, std::size_t size, StreamId stream);
+  // A free that is immediately safe in the order of `stream` (kAnyStream:
+  // the block's own; a plain free under free_sync stream): through the
+  // thread's cache when it may keep the block, else as record_stream(ptr,
+  // stream) + free().  Same statuses as free().
+  Status free_cached(DevicePtr ptr, StreamId stream);
+  // Whether the layer is on (thread_cache_kb != 0).
+  bool thread_cache_on() const { return tc_on_.load(std::memory_order_relaxed); }
+  // Unique per allocator in the process (thread caches match on it).
+  std::uint64_t serial() const { return serial_; }
+  // Thread exit (thread_cache.cpp): the cache's blocks go back, it leaves
+  // the list.  Called with the registry mutex held.
+  void retire_thread_cache(ThreadCache* tc);
+
   // Like free(), but the block becomes reusable only after all work enqueued
   // so far on each of `streams` has completed (one event per stream).
   Status free_fenced(DevicePtr ptr, std::span<const StreamId> streams);
@@ -123,7 +144,10 @@ class CachingAllocator {
   // after this call completes.  Fences are batched: one is recorded when the
   // cache misses and enough frees wait (about 20 per driver event of a
   // fence), or when the waiting bytes pass deferred_bytes_limit(); their
-  // completion is checked when the cache misses.  Never synchronizes.
+  // completion is checked when the cache misses.  Once more than
+  // Config::fence_wait_max bytes (and 20 frees) wait, the free joins them:
+  // reusable at once, later work ordered after them on the device
+  // (fence_path.cpp, bound_waiting).  Never synchronizes.
   Status free_deferred(DevicePtr ptr);
   // Bytes that may wait for a fence before one is recorded at the free.
   std::size_t deferred_bytes_limit() const { return deferred_bytes_limit_; }
@@ -326,6 +350,7 @@ class CachingAllocator {
 
   // Fences for deferred frees (fence_path.cpp).
   void defer(Block* block);
+  void bound_waiting();
   bool reclaim_pending(std::size_t size);
   bool issue_fence();
   bool poll_fences();
@@ -357,6 +382,34 @@ class CachingAllocator {
     if (observer_ != nullptr && observer_->wants_events()) [[unlikely]] send_event(kind, ptr, size, stream);
   }
   void send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
+
+  // The per-thread layer's core side (thread_cache.cpp).
+  bool malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc);
+  ThreadCache* create_thread_cache();
+  Status free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc);
+  bool adopt(Block* block, StreamId stream, ThreadCache* tc);
+  Block* detach(Block* block);
+  void merge_deltas(ThreadCache* tc);
+  void merge_all_deltas();
+  void add_deltas(AllocatorStats& s) const;  // the caches' locks held
+  void reserve_ids(ThreadCache* tc);
+  bool flush_thread_caches(bool out_too);
+  std::size_t flush_one(ThreadCache* tc, bool out_too);
+  bool program_live(const Block* b) const;
+  void lock_thread_caches() const;
+  void unlock_thread_caches() const;
+  std::size_t check_thread_caches() const;  // validate.cpp
+  void orphan_thread_caches();
+  ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
+  const std::uint64_t serial_;
+  std::atomic<bool> tc_on_{false};
+  std::atomic<AllocatorObserver*> tc_observer_{nullptr};  // observer_, readable without the lock
+  // Whether the calling thread may use its cache now.
+  bool tc_usable() const {
+    if (!tc_on_.load(std::memory_order_relaxed)) return false;
+    const AllocatorObserver* o = tc_observer_.load(std::memory_order_relaxed);
+    return o == nullptr || !o->wants_events();
+  }
 
   DeviceBackend* backend_;
   const Config config_;
@@ -436,3 +489,5 @@ class CachingAllocator {
 };
 
 }  // namespace cachalloc
+
+#include "thread_cache_path.h"  // the inline hot halves of malloc_cached / free_cached

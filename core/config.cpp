@@ -149,6 +149,13 @@ bool set_pinned_max_cached(std::string_view v, Config& c) {
   return bytes.has_value();
 }
 
+bool set_thread_cache(std::string_view v, Config& c) {
+  const auto kib = parse_uint(v);
+  if (!kib || *kib > (std::size_t{1} << 30)) return false;  // at most 1 TiB, no overflow below
+  c.thread_cache_bytes = static_cast<std::size_t>(*kib) << 10;
+  return true;
+}
+
 bool set_gc_threshold(std::string_view v, Config& c) {
   const auto x = parse_real(v);
   if (!x || !(*x > 0.0 && *x < 1.0)) return false;
@@ -191,6 +198,12 @@ bool set_handle_type(std::string_view v, Config& c) {
 }
 bool set_free_sync(std::string_view v, Config& c) { return set_enum(v, kFreeSyncNames, c.free_sync); }
 bool set_fence_join(std::string_view v, Config& c) { return set_bool(v, c.fence_join); }
+bool set_fence_wait_max(std::string_view v, Config& c) {
+  if (lower(v) == "unlimited") return (c.fence_wait_max = kUnlimited), true;
+  const auto bytes = parse_mib(v, 0);
+  if (bytes) c.fence_wait_max = *bytes;
+  return bytes.has_value();
+}
 bool set_log_level(std::string_view v, Config& c) { return set_enum(v, kLogLevelNames, c.log_level); }
 
 bool set_path(std::string_view v, std::string& out) {
@@ -251,7 +264,9 @@ constexpr KeyHandler kHandlers[] = {
     {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
     {"fence_join", set_fence_join, false, "true or false"},
+    {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
+    {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
     {"tag_cpu_backup", set_tag_cpu_backup, false, "true or false"},
     {"stats", set_stats, true, "stderr or a file path"},
@@ -437,8 +452,10 @@ std::string Config::to_string() const {
          kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
   append(out, "fence_join", fence_join ? "true" : "false");
+  append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
+  append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));
   if (!tag.empty()) append(out, "tag", tag);
   if (tag_cpu_backup) append(out, "tag_cpu_backup", "true");
   // Unset paths and signal have no text that parses either; leaving them

@@ -44,6 +44,12 @@ struct Config {
   // that could serve it orders all later work after the fences instead
   // (cuCtxWaitEvent; core/fence_path.cpp, join_waiting) and reuses them.
   bool fence_join = true;
+  // The most bytes of plain frees that may wait behind fences: once more
+  // wait (and at least 20 frees, so that the two driver calls of a join
+  // stay at 0.1 per free), the free itself joins them (core/fence_path.cpp,
+  // bound_waiting).  kUnlimited: only misses join.
+  static constexpr std::size_t kDefaultFenceWaitMax = std::size_t{64} << 20;
+  std::size_t fence_wait_max = kDefaultFenceWaitMax;
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
   // (cuMemHostAlloc and friends go to the driver unchanged).  On by
@@ -51,6 +57,13 @@ struct Config {
   // (PyTorch's own host cache has no bound; docs/HOST.md, "Configuration").
   static constexpr std::size_t kDefaultPinnedMaxCached = std::size_t{1024} << 20;
   std::size_t pinned_max_cached = kDefaultPinnedMaxCached;
+  // --- per-thread front caches (core/thread_cache.h) ---
+  // Bytes of small blocks each host thread may own in its front cache per
+  // context (blocks it holds freed for its own reuse plus those it handed
+  // out again); 0 turns the layer off.  Flushed at thread exit, empty_cache,
+  // a miss that would grow the cache, OOM, snapshots and context death.
+  static constexpr std::size_t kDefaultThreadCacheBytes = std::size_t{1024} << 10;
+  std::size_t thread_cache_bytes = kDefaultThreadCacheBytes;
   // --- tags (pause/resume, docs/PAUSE.md) ---
   // The tag of every allocation of threads that set none (cachalloc_set_tag);
   // "" = untagged.  tag_cpu_backup: that tag is backed up at its pauses.

@@ -13,8 +13,10 @@
 // serve it: the alternative is growing the cache (reclaim_pending).
 // Fences are queried when the cache misses, oldest first; a completed fence
 // returns its batch to the pools.  The bytes waiting are bounded: past
-// deferred_bytes_limit() a fence is recorded at the free itself, and the
-// out-of-memory path waits for every fence before it gives up.
+// fence_wait_max (64 MiB by default) the free joins them (bound_waiting),
+// where joins are impossible past deferred_bytes_limit() it records a fence
+// itself, and the out-of-memory path waits for every fence before it gives
+// up.
 //
 // States: a deferred block is neither allocated nor free — pending_events
 // is 1 and `deferred` is set — while it sits in deferred_ (not yet behind a
@@ -32,8 +34,34 @@ Status CachingAllocator::free_deferred(DevicePtr ptr) {
   Block* block = release_live(ptr, &st);
   if (block == nullptr) return st;
   defer(block);
-  if (deferred_bytes_ > deferred_bytes_limit_) [[unlikely]] issue_fence();
+  if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max || deferred_bytes_ > deferred_bytes_limit_) [[unlikely]]
+    bound_waiting();
   return kSuccess;
+}
+
+// More than fence_wait_max bytes of frees wait: the free joins them (one
+// fence and the device-side order, join_fences), so they are reusable at
+// once and the memory a multi-stream program holds stays within that many
+// bytes of what it would hold if every free were reusable at once.  With
+// joins at misses only, freed blocks piled up between misses while later
+// requests carved other free blocks (the side-stream program with classic
+// segments peaked 15-19 % over PyTorch's own allocator, docs/BENCHMARKS.md
+// section 5).  At least 20 frees must wait, so
+// that the join's two driver calls stay at 0.1 per free — unless four times
+// the bound waits (a few large tensors: on the side-stream program fewer
+// than 20 frees held up to 1.3 GB back), where two calls are nothing beside
+// the bytes.  So what waits stays under the bound plus one free while frees are
+// many, and under four times the bound plus one free always.  Where no join is
+// possible (no cuCtxWaitEvent, fence_join:false, a capture) a fence is
+// recorded at the free once the frees not yet behind one pass
+// deferred_bytes_limit(), to be reclaimed by a later miss.
+void CachingAllocator::bound_waiting() {
+  const std::size_t waiting = deferred_bytes_ + fenced_bytes_;
+  const bool amortized = deferred_count_ + fenced_count_ >= kFreesPerFenceEvent || waiting / 4 > config_.fence_wait_max;
+  if (waiting > config_.fence_wait_max && amortized && joins_possible_ && backend_->fence_join_supported() &&
+      join_fences())
+    return;
+  if (deferred_bytes_ > deferred_bytes_limit_) issue_fence();
 }
 
 void CachingAllocator::defer(Block* block) {
@@ -230,6 +258,7 @@ bool CachingAllocator::join_fences() {
 
 void CachingAllocator::reclaim() {
   std::lock_guard lock(mutex_);
+  flush_thread_caches(false);  // memory pressure: idle threads' blocks count as releasable
   flush_deferred();
   poll_fences();
   if (pending_count_ != 0 || !unsynced_.empty()) process_events();

@@ -19,6 +19,10 @@ namespace cachalloc {
   settle_held();  // at most one block is held: the last one freed
   Block* block = find_live(ptr);
   if (block == nullptr) [[unlikely]] *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
+  // Thread-owned (another thread's cache, or a free the owner's cache did
+  // not take): a plain live block from now on, or a double free.
+  if (block != nullptr && block->tc != nullptr) [[unlikely]]
+    if ((block = detach(block)) == nullptr) *st = kInvalidValue;
   return block;
 }
 
@@ -90,6 +94,22 @@ Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> st
   return kSuccess;
 }
 
+// free_cached's locked half (thread_cache.cpp): here, where find_freed and
+// free_locked inline.  The block goes into the thread's cache when adopt()
+// allows, else it is freed as free() would (after recording `stream`).
+Status CachingAllocator::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  Status st = kSuccess;
+  Block* block = find_freed(ptr, &st);  // (detaches a thread-owned block)
+  if (block == nullptr) return st;
+  if (tc != nullptr && adopt(block, stream, tc)) return kSuccess;
+  // As record_stream(): a free on another stream waits for it.
+  if (stream != kAnyStream && stream != block->stream &&
+      std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end())
+    block->stream_uses.push_back(stream);
+  return free_locked(ptr, {});
+}
+
 // free_locked for a block other streams used, or that a fence must cover.
 void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams) {
   // Streams whose pending work must finish before reuse: recorded uses plus
@@ -147,6 +167,7 @@ bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
 
 Status CachingAllocator::retire_stream(StreamId stream) {
   std::lock_guard lock(mutex_);
+  flush_thread_caches(false);  // blocks cached on it wait too
   settle_held();  // its blocks wait too, merged as the bins would hold them
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     for (Block* b : pool->blocks.on_stream(stream)) {

@@ -52,8 +52,52 @@ void CachingAllocator::check_held(const Block* b) const {
   check(b->prev == nullptr || !b->prev->is_free(), "held block's predecessor free", b->ptr);
 }
 
+// The thread caches' invariants (thread_cache.h), their locks held:
+//  * a cached block is thread-owned by that cache, not live for the program,
+//    allocated for the core and in the live map, in the bin of its size;
+//  * a handed-out block is in the cache's out map, owned by it and live;
+//  * owned bytes = cached + handed-out bytes <= the cache's limit;
+//  * thread-owned blocks are small-pool, plain-segment, unexported blocks
+//    with no recorded stream (checked in the segment walk).
+// Returns how many blocks the caches own.
+std::size_t CachingAllocator::check_thread_caches() const {
+  std::size_t owned = 0;
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    check(tc->alloc == this && tc->alloc_serial == serial_, "thread cache of another allocator", 0);
+    std::size_t cached = 0, cached_bytes = 0, out_bytes = 0;
+    for (std::size_t i = 0; i < ThreadCache::kBins; ++i)
+      for (const Block* b = tc->bins[i]; b != nullptr; b = b->free_next) {
+        check(b->tc == tc && !b->tc_live && b->allocated, "cached block not owned, or live", b->ptr);
+        check(ThreadCache::bin_of(b->size) == i, "cached block in another size's bin", b->ptr);
+        check(live_.find(b->ptr) == b, "cached block missing from the live map", b->ptr);
+        ++cached;
+        cached_bytes += b->size;
+      }
+    check(cached == tc->cached_count && cached_bytes == tc->cached_bytes, "thread cache counts disagree", 0);
+    tc->for_each_out([&](DevicePtr ptr, const Block* b) {
+      check(b->ptr == ptr && b->tc == tc && b->tc_live && b->allocated, "handed-out block not owned, or freed", ptr);
+      check(live_.find(ptr) == b, "handed-out block missing from the live map", ptr);
+      check(b->requested <= b->size && b->id != 0 && b->id <= next_id_, "handed-out block's identity", ptr);
+      out_bytes += b->size;
+    });
+    check(tc->owned_bytes == cached_bytes + out_bytes && tc->owned_bytes <= tc->limit,
+          "thread cache owns other bytes than its blocks, or more than its limit", 0);
+    check(tc->next_id <= tc->id_end && tc->id_end <= next_id_ + 1, "thread cache ids outside its reservation", 0);
+    owned += cached + tc->out_count();
+  }
+  return owned;
+}
+
 void CachingAllocator::validate() const {
   std::lock_guard lock(mutex_);
+  lock_thread_caches();
+  struct Unlock {
+    const CachingAllocator* a;
+    ~Unlock() { a->unlock_thread_caches(); }
+  } unlock_caches{this};
+  const std::size_t tc_owned = check_thread_caches();
+  std::size_t tc_seen = 0;
+  std::size_t tc_cached = 0;
   Recount rc;
   std::size_t free_in_pools = 0;
   bool held_seen = false;
@@ -135,7 +179,16 @@ void CachingAllocator::validate() const {
             b->ptr);
       if (b->deferred) ++rc.deferred;
       const auto bytes = static_cast<std::int64_t>(b->size);
-      if (b->allocated) {
+      // A thread-cached block is allocated for the core, freed for the
+      // program and the statistics (thread_cache.h).
+      const bool cached = b->tc != nullptr && !b->tc_live;
+      if (b->tc != nullptr) {
+        check(b->allocated && small && !seg->expandable && !b->exported && b->stream_uses.empty(),
+              "thread-owned block of a kind the caches never take", b->ptr);
+        ++tc_seen;
+        tc_cached += cached;
+      }
+      if (b->allocated && !cached) {
         rc.s.allocation.increase(small, 1);
         rc.s.allocated_bytes.increase(small, bytes);
         rc.s.requested_bytes.increase(small, static_cast<std::int64_t>(b->requested));
@@ -145,8 +198,12 @@ void CachingAllocator::validate() const {
       if (!b->mapped) {
         // address space only: in no statistic
       } else if (!b->is_free()) {
-        rc.s.active.increase(small, 1);
-        rc.s.active_bytes.increase(small, bytes);
+        if (cached) {
+          // counted in no statistic but reserved/segment
+        } else {
+          rc.s.active.increase(small, 1);
+          rc.s.active_bytes.increase(small, bytes);
+        }
       } else if (split) {
         // (The held block's bytes belong to the block its successor ends.)
         if (b != held_) rc.s.inactive_split.increase(small, 1);
@@ -163,7 +220,9 @@ void CachingAllocator::validate() const {
   check(held_ == nullptr || held_seen, "held block in no segment", 0);
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);
-  check(live_.size() == static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current) + (held_ != nullptr),
+  check(tc_seen == tc_owned, "thread-owned blocks disagree with the thread caches", 0);
+  check(live_.size() ==
+            static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current) + (held_ != nullptr) + tc_cached,
         "live map holds a block of no segment", 0);
   std::size_t queued = 0;
   for (const auto& [stream, queue] : pending_) queued += queue.size();

@@ -66,16 +66,30 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
   return free_fn(*owner);
 }
 
+// Whether this call may use the calling thread's front cache
+// (core/thread_cache.h): the one test that bypasses the layer.  Never
+// during a graph capture (frees then wait for the capture's end, and
+// allocations must not reuse memory the captured work will touch).
+[[gnu::always_inline]] inline bool thread_cache_eligible() { return !capture_in_flight(); }
+
 // Stream-ordered free: a free on another stream than the block's waits for
 // that stream (record_stream does nothing for the block's own stream).
+// Through the thread's cache when that is allowed (free_cached records the
+// stream itself when it is not the block's).
 Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
+  if (thread_cache_eligible()) return ctx.allocator().free_cached(ptr, id);
   Status s = ctx.allocator().record_stream(ptr, id);
   if (s != kSuccess) return s;
   return ctx.allocator().free(ptr);
 }
 
+// A free immediately safe in stream order (rule stream) may go to the
+// thread's cache; the others (fence, device) take the locked path.
 [[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
-  return free_by_rule(ctx, ptr, choose_free_rule(ctx.free_sync(), ctx));
+  const FreeRule rule = choose_free_rule(ctx.free_sync(), ctx);
+  if (rule == FreeRule::stream && thread_cache_eligible()) [[likely]]
+    return ctx.allocator().free_cached(ptr, kAnyStream);
+  return free_by_rule(ctx, ptr, rule);
 }
 
 CUresult pass_alloc_async(CUdeviceptr* out, size_t size, CUstream s, bool ptsz) {
@@ -145,6 +159,10 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   settle_deferred_frees(*ctx);
   DevicePtr p = 0;
+  if (thread_cache_eligible() && current_tag_is_untagged() && ctx->allocator().malloc_cached(&p, size, kUnorderedStreamId)) [[likely]] {
+    *out = static_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+  }
   Status s = tagged_malloc(ctx->allocator(), &p, size, kUnorderedStreamId);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
   return to_cu(s);
@@ -185,6 +203,10 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   note_use(ctx, id);
   settle_deferred_frees(*ctx);
   DevicePtr p = 0;
+  if (thread_cache_eligible() && current_tag_is_untagged() && ctx->allocator().malloc_cached(&p, size, id)) [[likely]] {
+    *out = static_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+  }
   Status s = tagged_malloc(ctx->allocator(), &p, size, id);
   if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
   return to_cu(s);

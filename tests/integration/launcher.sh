@@ -26,7 +26,8 @@ tshow='printf "%s|%s|%s|%s" "${PYTORCH_CUDA_ALLOC_CONF-unset}" "${PYTORCH_ALLOC_
 err=$(mktemp)
 ran=$(mktemp -u)
 trap 'rm -f "$err" "$ran"' EXIT
-tail_note=" (PyTorch then allocates with cudaMallocAsync/cudaFreeAsync, which cachalloc serves)"
+tail_note=" (PyTorch then allocates with cudaMallocAsync/cudaFreeAsync, which cachalloc serves)
+cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)"
 # async_case NAME EXPECTED_STDOUT EXPECTED_STDERR [VAR=VALUE...]: the
 # launcher with --torch-async, from an environment holding only the given
 # PyTorch variables.
@@ -57,8 +58,9 @@ async_case "both names, one empty" "backend:cudaMallocAsync|backend:cudaMallocAs
   PYTORCH_CUDA_ALLOC_CONF= PYTORCH_ALLOC_CONF=pinned_num_register_threads:8
 # Native-allocator keys PyTorch ignores on this route: kept, and a note names them.
 async_case "native keys noted" "backend:cudaMallocAsync,expandable_segments:True,max_split_size_mb:128|unset|unset|$lib" \
-  "cachalloc: --torch-async: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,expandable_segments:True,max_split_size_mb:128$tail_note
-cachalloc: note: PyTorch ignores expandable_segments max_split_size_mb under backend:cudaMallocAsync; cachalloc has keys of the same names: give them with --conf (cachalloc --help)" \
+  "cachalloc: --torch-async: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,expandable_segments:True,max_split_size_mb:128 (PyTorch then allocates with cudaMallocAsync/cudaFreeAsync, which cachalloc serves)
+cachalloc: note: PyTorch ignores expandable_segments max_split_size_mb under backend:cudaMallocAsync; cachalloc has keys of the same names: give them with --conf (cachalloc --help)
+cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)" \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128
 # Another backend named: refused, the program never runs.
 for conflict in "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, backend:native" "PYTORCH_ALLOC_CONF=backend:native"; do
@@ -72,7 +74,16 @@ done
 # With --conf too; and without --torch-async nothing of PyTorch's is touched.
 out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF CACHALLOC_CONF=stats:stderr "$launcher" --torch-async --conf free_sync:fence -- \
       sh -c 'printf "%s|%s" "$PYTORCH_CUDA_ALLOC_CONF" "$CACHALLOC_CONF"' 2>/dev/null)
-[ "$out" = "backend:cudaMallocAsync|stats:stderr,free_sync:fence" ] || fail "torch-async with --conf gave '$out'"
+[ "$out" = "backend:cudaMallocAsync|stats:stderr,free_sync:fence,expandable_segments:true" ] || fail "torch-async with --conf gave '$out'"
+# The user's own choice of segments is kept, from either place, and nothing is said of it.
+for given in "CACHALLOC_CONF=expandable_segments:false" "CACHALLOC_CONF=stats:stderr,expandable_segments:true"; do
+  out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF "$given" "$launcher" --torch-async -- sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>"$err")
+  [ "$out" = "${given#CACHALLOC_CONF=}" ] || fail "torch-async with $given gave CACHALLOC_CONF '$out'"
+  ! grep -q expandable_segments:true "$err" || fail "torch-async with $given said '$(cat "$err")'"
+done
+out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF -u CACHALLOC_CONF "$launcher" --torch-async --conf expandable_segments:false -- \
+      sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>/dev/null)
+[ "$out" = "expandable_segments:false" ] || fail "torch-async with --conf expandable_segments:false gave '$out'"
 out=$(env -u LD_PRELOAD -u PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=backend:native PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
       "$launcher" -- sh -c "$tshow" 2>"$err") || fail "plain run with PyTorch variables failed"
 [ "$out" = "backend:native|unset|1|$lib" ] || fail "plain run changed PyTorch's variables: '$out'"

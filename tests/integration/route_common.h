@@ -85,6 +85,8 @@ typedef int (*behaviour_fn)(void);
 behaviour_fn stream_order_behaviour(const char* name);
 /* The pinned host memory behaviours (host_behaviours.c) by name, or NULL. */
 behaviour_fn host_behaviour(const char* name);
+/* The per-thread cache behaviours (thread_cache_behaviours.c), or NULL. */
+behaviour_fn thread_cache_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */

@@ -36,7 +36,7 @@ bool same(const Config& a, const Config& b) {
          a.per_process_memory_fraction == b.per_process_memory_fraction &&
          a.expandable_segments == b.expandable_segments &&
          a.expandable_segments_handle_type == b.expandable_segments_handle_type &&
-         a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
+         a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
          a.log_file == b.log_file;
@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, fence_join, pinned_max_cached_mb, tag, tag_cpu_backup, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -199,6 +199,19 @@ TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; 1024 MiB by defau
   CHECK(parse_error("pinned_max_cached:8") ==
         std::string("CACHALLOC_CONF: unknown key 'pinned_max_cached' (did you mean 'pinned_max_cached_mb'?); "
                     "known keys: ") + kKnownKeys);
+}
+
+TEST_CASE("fence_wait_max_mb: MiB or unlimited; 64 MiB by default", "[config]") {
+  CHECK(Config{}.fence_wait_max == std::size_t{64} << 20);
+  CHECK(parse_ok("fence_wait_max_mb:0").fence_wait_max == 0);
+  CHECK(parse_ok("fence_wait_max_mb:512").fence_wait_max == std::size_t{512} << 20);
+  CHECK(parse_ok("fence_wait_max_mb:unlimited").fence_wait_max == std::numeric_limits<std::size_t>::max());
+  CHECK(parse_error("fence_wait_max_mb:-3") ==
+        "CACHALLOC_CONF: fence_wait_max_mb: '-3' is not valid; expected an integer number of MiB >= 0, or unlimited");
+  // Round trip through the dump's text form.
+  CHECK(parse_ok(parse_ok("fence_wait_max_mb:unlimited").to_string()).fence_wait_max ==
+        std::numeric_limits<std::size_t>::max());
+  CHECK(parse_ok(parse_ok("fence_wait_max_mb:7").to_string()).fence_wait_max == std::size_t{7} << 20);
 }
 
 TEST_CASE("expandable_segments takes true/false in any case", "[config]") {
@@ -389,7 +402,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,pinned_max_cached_mb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -419,6 +432,15 @@ TEST_CASE("to_string round-trips every value", "[config]") {
     c.roundup_power2_divisions[3] = 8;
     CHECK(same(parse_ok(c.to_string()), c));
   }
+}
+
+TEST_CASE("thread_cache_kb: KiB per thread, 0 turns the per-thread caches off") {
+  CHECK(Config{}.thread_cache_bytes == 1024 * 1024);
+  CHECK(parse_ok("thread_cache_kb:256").thread_cache_bytes == 256 * 1024);
+  CHECK(parse_ok("thread_cache_kb:0").thread_cache_bytes == 0);
+  CHECK(parse_error("thread_cache_kb:-1") != "");
+  CHECK(parse_error("thread_cache_kb:1k") != "");
+  CHECK(parse_error("thread_cache_kb:99999999999") != "");
 }
 
 TEST_CASE("config: tag and tag_cpu_backup set the process's tag") {

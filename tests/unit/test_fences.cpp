@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "alloc_fixture.h"
@@ -445,4 +446,111 @@ TEST_CASE("a loop of large plain frees with a busy side stream stays at its live
   CHECK(f.backend.event_syncs == 0);
   CHECK(f.stats().num_fence_waits == 0);
   CHECK(f.stats().num_fence_joins > 0);
+}
+
+// ---------------------------------------------------------------- the byte bound
+// (fence_path.cpp, bound_waiting): past fence_wait_max waiting bytes, and
+// with 20 frees waiting, the free itself joins them.
+
+TEST_CASE("past fence_wait_max a free joins the waiting frees: reusable at once, at most 0.1 calls per free") {
+  Config cfg;
+  cfg.fence_wait_max = 1 * MiB;
+  JoinFixture f(cfg);
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(f.checked_malloc(64 * 1024));
+  // 19 frees of 64 KiB: 1.19 MiB wait, over the bound, but fewer than 20
+  // frees: no join yet (a join per free would cost two calls per free).
+  for (int i = 0; i < 19; ++i) f.defer(blocks[i], 64 * 1024);
+  CHECK(f.backend.fence_joins == 0);
+  CHECK(f.stats().deferred_free_bytes.current == 19 * 64 * 1024);
+  // The 20th joins them all: nothing waits, and they serve the next requests
+  // (the oracle checks each is reused only after the join).
+  f.defer(blocks[19], 64 * 1024);
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.stats().num_fence_joins == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(f.backend.live_fences() == 0);
+  CHECK(f.backend.event_syncs == 0);
+  CHECK(f.backend.device_syncs == 0);
+  const int segments = f.backend.alloc_calls;
+  for (int i = 0; i < 20; ++i) f.checked_malloc(64 * 1024);
+  CHECK(f.backend.alloc_calls == segments);
+  // The next frees wait for a join of their own: one covering earlier frees
+  // does not cover later ones.
+  for (int i = 20; i < 39; ++i) f.defer(blocks[i], 64 * 1024);
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 19 * 64 * 1024);
+  f.defer(blocks[39], 64 * 1024);
+  CHECK(f.backend.fence_joins == 2);
+  // Two joins (a record and a wait each) for 40 frees: 0.1 calls per free.
+  CHECK(f.backend.fence_records + f.backend.fence_joins <= 40 / 10);
+}
+
+TEST_CASE("a few large frees past four times fence_wait_max are joined without waiting for 20") {
+  Config cfg;
+  cfg.fence_wait_max = 4 * MiB;
+  JoinFixture f(cfg);
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(f.checked_malloc(8 * MiB));
+  f.defer(blocks[0], 8 * MiB);  // 8 MiB: over the bound, 1 free, under 4x: waits
+  f.defer(blocks[1], 8 * MiB);  // 16 MiB: exactly 4x, not over: waits
+  CHECK(f.backend.fence_joins == 0);
+  f.defer(blocks[2], 8 * MiB);  // 24 MiB > 16 MiB: joined
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(f.stats().deferred_free_bytes.peak == 24 * MiB);
+  const int segments = f.backend.alloc_calls;
+  for (int i = 0; i < 3; ++i) f.checked_malloc(8 * MiB);  // the oracle checks each reuse
+  CHECK(f.backend.alloc_calls == segments);
+}
+
+TEST_CASE("under fence_wait_max frees wait for a miss; with unlimited, only misses join") {
+  for (const std::size_t bound : {std::size_t{64} * MiB, std::numeric_limits<std::size_t>::max()}) {
+    Config cfg;
+    cfg.fence_wait_max = bound;
+    JoinFixture f(cfg);
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 30; ++i) blocks.push_back(f.checked_malloc(1 * MiB));
+    for (DevicePtr p : blocks) f.defer(p, 1 * MiB);  // 30 MiB wait
+    CHECK(f.backend.fence_joins == 0);
+    CHECK(f.stats().deferred_free_bytes.current == 30 * MiB);
+  }
+}
+
+TEST_CASE("the bound holds across a long loop: max(fence_wait_max, 20 frees' bytes) at most") {
+  Config cfg;
+  cfg.fence_wait_max = 16 * MiB;
+  JoinFixture f(cfg);
+  std::vector<std::pair<DevicePtr, std::size_t>> live;
+  std::int64_t most_live = 0;
+  for (int step = 0; step < 600; ++step) {
+    const std::size_t size = (256 + 256 * (step % 7)) * 1024;  // 256 KiB .. 1.75 MiB
+    live.emplace_back(f.checked_malloc(size), size);
+    most_live = std::max(most_live, f.allocated());
+    if (live.size() == 24) {
+      for (auto [p, bytes] : live) f.defer(p, bytes);
+      live.clear();
+    }
+  }
+  // A join needs 20 waiting frees: past the bound, at most 20 frees more
+  // (1.75 MiB each at most) wait for one: under max(bound + one free, 20 frees).
+  CHECK(f.stats().deferred_free_bytes.peak <= static_cast<std::int64_t>(16 * MiB + 20 * 1792 * 1024));
+  CHECK(f.stats().deferred_free_bytes.peak > static_cast<std::int64_t>(16 * MiB));
+  CHECK(f.stats().num_fence_joins > 0);
+  CHECK(f.backend.event_syncs == 0);
+  CHECK(f.reserved() <= 2 * most_live + static_cast<std::int64_t>(16 * MiB));
+}
+
+TEST_CASE("without joins the bound falls back to a fence at the free past deferred_bytes_limit") {
+  Config cfg;
+  cfg.fence_wait_max = 1 * MiB;
+  JoinFixture f(cfg);
+  f.backend.allow_joins(false);
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(f.checked_malloc(1 * MiB));
+  for (DevicePtr p : blocks) f.defer(p, 1 * MiB);
+  CHECK(f.backend.fence_joins == 0);
+  CHECK(f.backend.fence_records == 0);  // 30 MiB is under deferred_bytes_limit (>= 256 MiB)
+  CHECK(f.stats().deferred_free_bytes.current == 30 * MiB);
 }

@@ -1,0 +1,284 @@
+// thread_cache.cpp — the per-thread front caches' locked halves: creation,
+// adoption of freed blocks, detaching, flushing, statistic merges and the
+// thread-exit hook.  thread_cache.h states the design and its invariants;
+// the lock-free halves (take, give) are inline there.
+#include <pthread.h>
+
+#include <algorithm>
+#include <mutex>
+#include <new>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+thread_local constinit ThreadSlot t_thread_slot{};
+
+namespace {
+
+std::atomic<std::uint64_t> g_serial{0};
+
+// Guards the link between threads' caches and allocators: a thread exit and
+// an allocator's destruction never run into each other.  Never destroyed
+// (threads may exit during static destruction).
+std::mutex& registry() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+pthread_key_t g_key;
+std::once_flag g_key_once;
+bool g_key_ok = false;
+
+// pthread key destructor: runs at a thread's exit (not for the main thread
+// at exit(), when nothing must happen).  Its caches give their blocks back
+// to live allocators and are freed.
+void on_thread_exit(void*) {
+  ThreadSlot& s = t_thread_slot;
+  ThreadCache* list = s.list;
+  {
+    std::lock_guard g(registry());
+    for (ThreadCache* tc = list; tc != nullptr; tc = tc->next_in_thread)
+      if (tc->alloc != nullptr) tc->alloc->retire_thread_cache(tc);
+  }
+  while (list != nullptr) {
+    ThreadCache* next = list->next_in_thread;
+    delete list;
+    list = next;
+  }
+  s = ThreadSlot{};
+}
+
+}  // namespace
+
+std::uint64_t next_allocator_serial() { return g_serial.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+ThreadCache* find_thread_cache_slow(std::uint64_t serial) {
+  ThreadSlot& s = t_thread_slot;
+  for (ThreadCache* tc = s.list; tc != nullptr; tc = tc->next_in_thread)
+    if (tc->alloc_serial == serial) {
+      s.last = tc;
+      s.last_serial = serial;
+      return tc;
+    }
+  s.last = nullptr;
+  s.last_serial = serial;
+  return nullptr;
+}
+
+// A miss because the cache's reserved ids ran out: more, and again.
+bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc) {
+  {
+    std::lock_guard lock(mutex_);
+    std::lock_guard tl(tc->mutex);
+    reserve_ids(tc);
+    merge_deltas(tc);
+  }
+  std::lock_guard tl(tc->mutex);
+  Block* b = tc->take(round_size(size, config_), size, stream);
+  if (b == nullptr) return false;
+  *out = b->ptr;
+  return true;
+}
+
+// ------------------------------------------------------------ locked halves
+
+ThreadCache* CachingAllocator::create_thread_cache() {
+  std::call_once(g_key_once, [] { g_key_ok = pthread_key_create(&g_key, on_thread_exit) == 0; });
+  if (!g_key_ok) return nullptr;  // no exit hook, no cache: it could strand memory
+  ThreadSlot& s = t_thread_slot;
+  auto* tc = new (std::nothrow) ThreadCache(this, serial_, config_.thread_cache_bytes);
+  if (tc == nullptr) return nullptr;
+  {
+    std::lock_guard g(registry());
+    // Caches of allocators that died since go now (their blocks went back
+    // when the allocator orphaned them).
+    for (ThreadCache** link = &s.list; *link != nullptr;) {
+      ThreadCache* old = *link;
+      if (old->alloc == nullptr) {
+        *link = old->next_in_thread;
+        if (s.last == old) s.last = nullptr;
+        delete old;
+      } else {
+        link = &old->next_in_thread;
+      }
+    }
+    std::lock_guard lock(mutex_);
+    tc->next_in_alloc = tcs_;
+    tcs_ = tc;
+    std::lock_guard tl(tc->mutex);
+    reserve_ids(tc);
+  }
+  tc->next_in_thread = s.list;
+  s.list = tc;
+  s.last = tc;
+  s.last_serial = serial_;
+  if (!s.key_set) {
+    pthread_setspecific(g_key, &s);  // any non-null value: the destructor runs
+    s.key_set = true;
+  }
+  return tc;
+}
+
+// Both locks held.
+void CachingAllocator::reserve_ids(ThreadCache* tc) {
+  tc->next_id = next_id_ + 1;
+  next_id_ += ThreadCache::kIdBatch;
+  tc->id_end = next_id_ + 1;
+}
+
+// The program frees `block` (live, plain): into `tc` when the free is
+// immediately safe on the block's stream and the cache has room.
+bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
+  const Segment* seg = block->segment;
+  if (!seg->small || seg->expandable || block->size > ThreadCache::kMaxBlock || block->size >= config_.max_split_size ||
+      block->exported || !block->stream_uses.empty() || (stream != kAnyStream && stream != block->stream))
+    return false;
+  std::lock_guard tl(tc->mutex);
+  if (tc->owned_bytes + block->size > tc->limit) return false;
+  merge_deltas(tc);
+  if (tc->id_end - tc->next_id < ThreadCache::kIdBatch / 2) reserve_ids(tc);
+  block->tc = tc;
+  block->tc_live = false;
+  const std::size_t bin = ThreadCache::bin_of(block->size);
+  block->free_next = tc->bins[bin];
+  tc->bins[bin] = block;
+  tc->owned_bytes += block->size;
+  tc->cached_bytes += block->size;
+  ++tc->cached_count;
+  // The program's free, counted now (the block stays allocated for the core).
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  stats_.allocation.decrease(true, 1);
+  stats_.allocated_bytes.decrease(true, bytes);
+  stats_.active.decrease(true, 1);
+  stats_.active_bytes.decrease(true, bytes);
+  stats_.requested_bytes.decrease(true, static_cast<std::int64_t>(block->requested));
+  return true;
+}
+
+// A thread-owned block leaves its cache (the allocator's lock held): a
+// handed-out block becomes a plain live block (returned); a cached one is
+// freed in the program's view (nullptr: the caller's ptr names no live
+// block).
+Block* CachingAllocator::detach(Block* block) {
+  ThreadCache* tc = block->tc;
+  std::lock_guard tl(tc->mutex);
+  if (!block->tc_live) return nullptr;
+  merge_deltas(tc);  // the core's counters then hold the block as the program does
+  tc->erase_out(block);
+  tc->owned_bytes -= block->size;
+  block->tc = nullptr;
+  block->tc_live = false;
+  return block;
+}
+
+// Both locks held.
+void CachingAllocator::merge_deltas(ThreadCache* tc) {
+  auto merge = [](PoolStats& p, const ThreadDelta& d) { p.adjust(true, d.current, d.allocated, d.high); };
+  merge(stats_.allocation, tc->count);
+  merge(stats_.active, tc->count);
+  merge(stats_.allocated_bytes, tc->bytes);
+  merge(stats_.active_bytes, tc->bytes);
+  merge(stats_.requested_bytes, tc->requested);
+  tc->count = tc->bytes = tc->requested = ThreadDelta{};
+}
+
+void CachingAllocator::merge_all_deltas() {
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    std::lock_guard tl(tc->mutex);
+    merge_deltas(tc);
+  }
+}
+
+void CachingAllocator::add_deltas(AllocatorStats& s) const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    s.allocation.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
+    s.active.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
+    s.allocated_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
+    s.active_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
+    s.requested_bytes.adjust(true, tc->requested.current, tc->requested.allocated, tc->requested.high);
+  }
+}
+
+void CachingAllocator::lock_thread_caches() const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.lock();
+}
+void CachingAllocator::unlock_thread_caches() const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.unlock();
+}
+
+// Whether the program holds `b` (allocated for the core); the allocator's
+// lock held.
+bool CachingAllocator::program_live(const Block* b) const {
+  if (!b->allocated) return false;
+  if (b->tc == nullptr) [[likely]] return true;
+  std::lock_guard tl(b->tc->mutex);
+  return b->tc_live;
+}
+
+// Every cache's cached blocks back to the pools (and, with out_too, its
+// handed-out blocks become plain live blocks).  Whether any block came back.
+bool CachingAllocator::flush_thread_caches(bool out_too) {
+  std::size_t n = 0;
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) n += flush_one(tc, out_too);
+  return n != 0;
+}
+
+std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
+  std::lock_guard tl(tc->mutex);
+  merge_deltas(tc);
+  std::size_t n = 0;
+  for (Block*& head : tc->bins) {
+    for (Block* b = head; b != nullptr;) {
+      Block* next = b->free_next;
+      b->free_next = nullptr;
+      b->tc = nullptr;
+      b->allocated = false;
+      live_.erase(b->ptr);
+      tc->owned_bytes -= b->size;
+      return_to_pool(b);  // its free and inactivity were counted at adoption
+      ++n;
+      b = next;
+    }
+    head = nullptr;
+  }
+  tc->cached_bytes = 0;
+  tc->cached_count = 0;
+  if (out_too) {
+    tc->for_each_out([&](DevicePtr, Block* b) {
+      b->tc = nullptr;
+      b->tc_live = false;
+      tc->owned_bytes -= b->size;
+    });
+    tc->out = LiveMap{};
+    tc->recent = nullptr;
+  }
+  return n;
+}
+
+void CachingAllocator::retire_thread_cache(ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  flush_one(tc, true);
+  for (ThreadCache** link = &tcs_; *link != nullptr; link = &(*link)->next_in_alloc)
+    if (*link == tc) {
+      *link = tc->next_in_alloc;
+      break;
+    }
+  std::lock_guard tl(tc->mutex);
+  tc->alloc = nullptr;
+}
+
+// The allocator is going: every cache gives its blocks back and forgets it
+// (its thread frees it later, at exit or its next cache creation).
+void CachingAllocator::orphan_thread_caches() {
+  std::lock_guard g(registry());
+  std::lock_guard lock(mutex_);
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    flush_one(tc, true);
+    std::lock_guard tl(tc->mutex);
+    tc->alloc = nullptr;
+  }
+  tcs_ = nullptr;
+}
+
+}  // namespace cachalloc

@@ -1,0 +1,43 @@
+// thread_cache_path.h — the per-thread front cache's hot halves, inline in
+// the shim's cuMemAlloc / cuMemFree (included at the end of
+// caching_allocator.h).  A hit takes the calling thread's cache lock only;
+// everything else is one call into thread_cache.cpp / free_path.cpp.
+#pragma once
+
+namespace cachalloc {
+
+[[gnu::always_inline]] inline bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, StreamId stream) {
+  if (size - 1 >= ThreadCache::kMaxBlock) return false;  // size 0 too
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr || !tc_usable()) return false;
+  const std::size_t rounded = round_size(size, config_);
+  if (rounded > ThreadCache::kMaxBlock) return false;
+  tc->mutex.lock();
+  Block* b = tc->take(rounded, size, stream);
+  const bool ids_out = tc->next_id == tc->id_end;
+  tc->mutex.unlock();
+  if (b != nullptr) [[likely]] {
+    *out = b->ptr;
+    return true;
+  }
+  return ids_out && malloc_cached_slow(out, size, stream, tc);
+}
+
+[[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
+  ThreadCache* tc = nullptr;
+  if (tc_usable()) [[likely]] {
+    tc = find_thread_cache(serial_);
+    if (tc != nullptr) [[likely]] {
+      tc->mutex.lock();
+      const bool kept = tc->give(ptr, stream);
+      tc->mutex.unlock();
+      if (kept) [[likely]] return kSuccess;
+    } else {
+      tc = create_thread_cache();
+    }
+  }
+  if (tc == nullptr && stream == kAnyStream) return free(ptr);  // the layer is off
+  return free_adopt(ptr, stream, tc);
+}
+
+}  // namespace cachalloc

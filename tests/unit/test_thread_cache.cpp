@@ -1,0 +1,356 @@
+// test_thread_cache.cpp — the per-thread front caches (core/thread_cache.h):
+// what a cached block is for the program (freed, fresh identity when handed
+// out again), exact statistics, stream keys, flushes (empty_cache, a miss
+// that would grow, thread exit, the allocator's death), detaching by
+// record_stream and by frees from other threads, and threads hammering one
+// allocator while validate() runs beside them.  validate() after each step.
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "alloc_fixture.h"
+
+using namespace cachalloc;
+using namespace cachalloc::testing;
+
+namespace {
+
+constexpr StreamId kS = 7;
+
+DevicePtr cached_malloc(AllocFixture& f, std::size_t size, StreamId stream = kS) {
+  DevicePtr p = 0;
+  REQUIRE(f.alloc->malloc_cached(&p, size, stream));
+  f.alloc->validate();
+  return p;
+}
+
+void cached_free(AllocFixture& f, DevicePtr p, StreamId stream = kAnyStream) {
+  REQUIRE(f.alloc->free_cached(p, stream) == kSuccess);
+  f.alloc->validate();
+}
+
+AddressInfo query(AllocFixture& f, DevicePtr p) {
+  AddressInfo info;
+  REQUIRE(f.alloc->query(p, &info) == kSuccess);
+  return info;
+}
+
+std::int64_t agg(const StatArray& a, bool peak = false) {
+  return peak ? a[StatType::aggregate].peak : a[StatType::aggregate].current;
+}
+
+}  // namespace
+
+TEST_CASE("a freed block waits in the thread's cache and comes back with a fresh identity") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(1000, kS);
+  const std::uint64_t first_id = query(f, p).id;
+  cached_free(f, p);
+  // Freed in the program's view: no live range, not live, not listed.
+  CHECK_FALSE(query(f, p).live);
+  CHECK_FALSE(f.alloc->is_live(p));
+  CHECK(f.alloc->live_block_addresses().empty());
+  CHECK(agg(f.stats().allocated_bytes) == 0);
+  CHECK(agg(f.stats().allocation) == 0);
+  CHECK(agg(f.stats().active) == 0);
+  CHECK(agg(f.stats().requested_bytes) == 0);
+  // A double free is refused and changes nothing.
+  CHECK(f.alloc->free_cached(p, kAnyStream) == kInvalidValue);
+  CHECK(f.alloc->free(p) == kInvalidValue);
+  f.alloc->validate();
+
+  const DevicePtr q = cached_malloc(f, 700);
+  CHECK(q == p);
+  const AddressInfo info = query(f, q);
+  CHECK(info.live);
+  CHECK(info.requested == 700);
+  CHECK(info.id != first_id);
+  CHECK(f.alloc->is_live(q));
+  CHECK(agg(f.stats().allocated_bytes) == 1024);
+  CHECK(agg(f.stats().requested_bytes) == 700);
+  // Past the new requested size the driver would say "not allocated".
+  AddressInfo tail;
+  REQUIRE(f.alloc->query(q + 800, &tail) == kSuccess);
+  CHECK_FALSE(tail.live);
+  cached_free(f, q);
+  CHECK_FALSE(query(f, q).live);
+}
+
+TEST_CASE("thread-cached pairs keep the statistics exact") {
+  AllocFixture f;
+  const DevicePtr big = f.malloc(4 * MiB, kS);
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  constexpr int kPairs = 3000;  // more than one id reservation
+  for (int i = 0; i < kPairs; ++i) {
+    INFO("pair " << i);
+    const DevicePtr q = cached_malloc(f, 100 + i % 400);
+    cached_free(f, q);
+  }
+  const DeviceStats s = f.stats();
+  const Stat& alloc = s.allocation[StatType::aggregate];
+  CHECK(alloc.current == 1);
+  CHECK(alloc.allocated == kPairs + 2);
+  CHECK(alloc.freed == kPairs + 1);
+  CHECK(agg(s.allocated_bytes) == static_cast<std::int64_t>(4 * MiB));
+  // One thread: the peak is exact (the big block plus one small block).
+  CHECK(agg(s.allocated_bytes, true) == static_cast<std::int64_t>(4 * MiB + 512));
+  CHECK(agg(s.active_bytes, true) == static_cast<std::int64_t>(4 * MiB + 512));
+  CHECK(s.requested_bytes[StatType::aggregate].allocated ==
+        static_cast<std::int64_t>(4 * MiB + 512) + [] {
+          std::int64_t t = 0;
+          for (int i = 0; i < kPairs; ++i) t += 100 + i % 400;
+          return t;
+        }());
+  // Resets see the caches' deltas merged first.
+  f.alloc->reset_peak_stats();
+  f.alloc->reset_accumulated_stats();
+  f.alloc->validate();
+  CHECK(agg(f.stats().allocated_bytes, true) == static_cast<std::int64_t>(4 * MiB));
+  const DevicePtr q = cached_malloc(f, 512);
+  CHECK(f.stats().allocation[StatType::aggregate].allocated == 1);
+  CHECK(agg(f.stats().allocated_bytes, true) == static_cast<std::int64_t>(4 * MiB + 512));
+  cached_free(f, q);
+  f.free(big);
+}
+
+TEST_CASE("a cached block is reused only on the stream it was freed safe for") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  DevicePtr q = 0;
+  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS + 1));
+  CHECK_FALSE(f.alloc->malloc_cached(&q, 2048, kS));  // another size: a miss
+  f.alloc->validate();
+  CHECK(cached_malloc(f, 512, kS) == p);
+  // A free naming another stream is no immediately safe free: it waits for
+  // that stream (an event), not in the cache.
+  CHECK(f.alloc->free_cached(p, kS + 1) == kSuccess);
+  f.alloc->validate();
+  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+  CHECK(f.backend.live_events() >= 1);
+}
+
+TEST_CASE("record_stream and export turn a handed-out block into a plain one") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  const DevicePtr q = cached_malloc(f, 512);
+  REQUIRE(f.alloc->record_stream(q, kS + 1) == kSuccess);
+  f.alloc->validate();
+  cached_free(f, q);  // waits for stream kS+1: not cached
+  DevicePtr r = 0;
+  CHECK_FALSE(f.alloc->malloc_cached(&r, 512, kS));
+
+  const DevicePtr a = f.malloc(512, kS);
+  cached_free(f, a);
+  const DevicePtr b = cached_malloc(f, 512);
+  REQUIRE(f.alloc->mark_exported(b, query(f, b).id) == kSuccess);
+  f.alloc->validate();
+  cached_free(f, b);  // exported: retained, never cached
+  CHECK_FALSE(f.alloc->malloc_cached(&r, 512, kS));
+}
+
+TEST_CASE("empty_cache, snapshots and a miss that would grow flush the caches") {
+  SECTION("empty_cache") {
+    AllocFixture f;
+    const DevicePtr p = f.malloc(512, kS);
+    cached_free(f, p);
+    CHECK(f.reserved() > 0);
+    f.empty_cache();
+    CHECK(f.reserved() == 0);
+    DevicePtr q = 0;
+    CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+  }
+  SECTION("a miss that would grow") {
+    AllocFixture f(Config{}, 2 * MiB);  // one small segment
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 32; ++i) blocks.push_back(f.malloc(64 * KiB, kS));
+    // The cache takes 1 MiB (its default bound), the rest goes to the pool.
+    for (DevicePtr p : blocks) cached_free(f, p);
+    CHECK(f.stats().allocated_bytes[StatType::aggregate].current == 0);
+    const DevicePtr a = f.malloc(1 * MiB, kS);
+    const DevicePtr b = f.malloc(1 * MiB, kS);  // only the cached blocks, merged, can serve it
+    CHECK(a != b);
+    CHECK(f.stats().num_device_alloc == 1);
+    f.free(a);
+    f.free(b);
+  }
+  SECTION("a snapshot shows the cache's blocks as the program holds them") {
+    AllocFixture f;
+    const DevicePtr p = f.malloc(512, kS);
+    const DevicePtr keep = f.malloc(512, kS);
+    cached_free(f, p);
+    const DevicePtr q = cached_malloc(f, 300);
+    const DevicePtr r = f.malloc(512, kS);
+    cached_free(f, r);
+    bool seen_q = false;
+    for (const SegmentInfo& seg : f.alloc->snapshot())
+      for (const auto& b : seg.blocks) {
+        if (b.ptr == q) seen_q = b.state == BlockState::allocated && b.requested == 300;
+        if (b.ptr == r) CHECK(b.state != BlockState::allocated);
+      }
+    CHECK(seen_q);
+    f.alloc->validate();
+    f.free(q);
+    f.free(keep);
+  }
+}
+
+TEST_CASE("a free from another thread takes a handed-out block back through the lock") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  const DevicePtr q = cached_malloc(f, 512);
+  std::thread([&] { CHECK(f.alloc->free_cached(q, kAnyStream) == kSuccess); }).join();
+  f.alloc->validate();
+  CHECK_FALSE(query(f, q).live);
+  // The owner's cache no longer lists it: a second free is a double free.
+  CHECK(f.alloc->free_cached(q, kAnyStream) == kInvalidValue);
+  f.alloc->validate();
+  CHECK(agg(f.stats().allocation) == 0);
+}
+
+TEST_CASE("a thread's cache goes back at its exit") {
+  AllocFixture f;
+  const DevicePtr keep = f.malloc(512, kS);
+  DevicePtr handed = 0;
+  std::thread([&] {
+    const DevicePtr p = f.malloc(512, kS);
+    REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+    REQUIRE(f.alloc->malloc_cached(&handed, 512, kS));  // still live at exit: the program's
+    const DevicePtr r = f.malloc(2048, kS);
+    REQUIRE(f.alloc->free_cached(r, kAnyStream) == kSuccess);
+  }).join();
+  f.alloc->validate();
+  CHECK(query(f, handed).live);
+  CHECK(agg(f.stats().allocated_bytes) == 1024);
+  f.free(handed);  // a plain live block now
+  f.free(keep);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+}
+
+TEST_CASE("a cache never outlives its allocator") {
+  std::atomic<int> step{0};
+  auto f = std::make_unique<AllocFixture>();
+  std::thread t([&] {
+    const DevicePtr p = f->malloc(512, kS);
+    REQUIRE(f->alloc->free_cached(p, kAnyStream) == kSuccess);
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+    // A new allocator (perhaps at the old one's address): no cache yet.
+    DevicePtr q = 0;
+    CHECK_FALSE(f->alloc->malloc_cached(&q, 512, kS));
+    const DevicePtr r = f->malloc(512, kS);
+    REQUIRE(f->alloc->free_cached(r, kAnyStream) == kSuccess);
+    CHECK(f->alloc->malloc_cached(&q, 512, kS));
+    CHECK(q == r);
+    REQUIRE(f->alloc->free_cached(q, kAnyStream) == kSuccess);
+    step = 3;
+    while (step.load() != 4) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  f->alloc->validate();
+  f->alloc.reset();  // the cache gives its block back and forgets it
+  CHECK(f->backend.live_segments() == 0);
+  f->alloc = std::make_unique<CachingAllocator>(&f->backend, Config{});
+  step = 2;
+  while (step.load() != 3) std::this_thread::yield();
+  f->alloc->validate();
+  f->alloc.reset();  // destroyed while the thread still runs
+  step = 4;
+  t.join();  // its exit touches no dead allocator (ASan/TSan builds check)
+}
+
+TEST_CASE("thread_cache_kb:0 turns the layer off") {
+  Config c;
+  c.thread_cache_bytes = 0;
+  AllocFixture f(c);
+  const DevicePtr p = f.malloc(512, kS);
+  REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+  f.alloc->validate();
+  DevicePtr q = 0;
+  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+  CHECK(agg(f.stats().allocation) == 0);
+}
+
+TEST_CASE("threads hammer one allocator through their caches while validate() runs") {
+  AllocFixture f;
+  constexpr int kThreads = 4;
+  std::atomic<int> errors{0};
+  std::atomic<bool> done{false};
+  // Blocks handed from one thread to the next, freed there (cross-thread).
+  std::mutex hand_mutex;
+  std::vector<DevicePtr> handed;
+  auto worker = [&](int id) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(id) * 104729 + 1);
+    std::vector<DevicePtr> mine;
+    const StreamId stream = 100 + static_cast<StreamId>(id % 2);
+    for (int i = 0; i < 6000; ++i) {
+      const unsigned op = rng() % 10;
+      if (mine.empty() || op < 5) {
+        const std::size_t size = 1 + rng() % (rng() % 8 == 0 ? 256 * KiB : 8 * KiB);
+        DevicePtr p = 0;
+        if (!f.alloc->malloc_cached(&p, size, stream) && f.alloc->malloc(&p, size, stream) != kSuccess) {
+          ++errors;
+          continue;
+        }
+        AddressInfo info;
+        if (f.alloc->query(p, &info) != kSuccess || !info.live || info.requested != size) ++errors;
+        mine.push_back(p);
+      } else if (op == 5) {
+        std::lock_guard g(hand_mutex);
+        handed.push_back(mine.back());
+        mine.pop_back();
+      } else if (op == 6) {
+        DevicePtr p = 0;
+        {
+          std::lock_guard g(hand_mutex);
+          if (!handed.empty()) {
+            p = handed.back();
+            handed.pop_back();
+          }
+        }
+        if (p != 0 && f.alloc->free_cached(p, kAnyStream) != kSuccess) ++errors;
+      } else {
+        const std::size_t k = rng() % mine.size();
+        if (f.alloc->free_cached(mine[k], rng() % 4 == 0 ? stream : kAnyStream) != kSuccess) ++errors;
+        mine[k] = mine.back();
+        mine.pop_back();
+      }
+      if (i % 1000 == 999 && id == 0) f.alloc->empty_cache();
+    }
+    for (DevicePtr p : mine)
+      if (f.alloc->free_cached(p, kAnyStream) != kSuccess) ++errors;
+  };
+  std::thread checker([&] {
+    while (!done.load()) {
+      try {
+        f.alloc->validate();
+        (void)f.alloc->stats();
+      } catch (const InvariantError& e) {
+        FAIL_CHECK(e.what());
+        ++errors;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
+  for (auto& t : threads) t.join();
+  done = true;
+  checker.join();
+  for (DevicePtr p : handed) REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+  f.alloc->validate();
+  CHECK(errors.load() == 0);
+  const DeviceStats s = f.stats();
+  CHECK(agg(s.allocation) == 0);
+  CHECK(agg(s.allocated_bytes) == 0);
+  CHECK(agg(s.requested_bytes) == 0);
+  CHECK(s.allocation[StatType::aggregate].allocated == s.allocation[StatType::aggregate].freed);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+}
