@@ -13,7 +13,7 @@
 #      fidelity_patterns included, multi_stream with its peak and time shim/bare; 4b. fidelity_patterns under expandable
 #      segments, and its peer pattern (SKIP with one GPU)
 #   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
-#   5b. pause/resume: examples/pause_resume.cu and tests/gpu/clients/pause_rl_loop.py (~60 s)
+#   5b. pause/resume: examples/pause_resume.cu and tests/gpu/clients/pause_rl_loop.py (<= 90 s)
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
 #   7. other configurations, observability dumps, core benchmark
 #   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
@@ -452,14 +452,14 @@ elif [[ -z "$SHIM" ]]; then
 else
   prog="$BUILD/examples/pause_resume_static"
   if [[ -x "$prog" ]]; then
-    timeout --kill-after=5 "$(budget_for 30)" env LD_PRELOAD="$SHIM" "$prog" 1024 1024 5 >"$WORK/pause-example.log" 2>&1
+    timeout --kill-after=5 "$(budget_for 20)" env LD_PRELOAD="$SHIM" "$prog" 1024 1024 5 >"$WORK/pause-example.log" 2>&1
     rc=$?
     cat "$WORK/pause-example.log"
     row "pause/resume example" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL|SKIP)' "$WORK/pause-example.log" | head -1 | cut -c1-200)$(timeout_note $rc)"
   else
     row "pause/resume example" FAIL "not built"
   fi
-  timeout --kill-after=5 "$(budget_for 75)" python3 tests/gpu/clients/pause_rl_loop.py --shim "$SHIM" \
+  timeout --kill-after=5 "$(budget_for 70)" python3 tests/gpu/clients/pause_rl_loop.py --shim "$SHIM" \
     --module-dir "$BUILD/python" --iters 20 --weights-gib 1 --kv-gib 2 >"$WORK/pause-rl.log" 2>&1
   rc=$?
   grep -vE '^RESULT ' "$WORK/pause-rl.log" | tail -40
