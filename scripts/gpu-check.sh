@@ -29,7 +29,8 @@
 # step 8 is skipped; 1: step 8 runs last, within what is left of the budget;
 # only: steps 1, 2 and 8 alone, for a call of its own), GPU_CHECK_RELIABILITY
 # (unset: skipped; 1: step 9 at the end; only: steps 1, 2 and 9 alone) with
-# GPU_CHECK_SOAK_SECONDS (default 180), GPU_CHECK_NUMBA_SUITE
+# GPU_CHECK_SOAK_SECONDS (default 180), GPU_CHECK_SKIP (steps among 4b, 6
+# and 7 to leave out, e.g. "4b 6": for a call short of time), GPU_CHECK_NUMBA_SUITE
 # (cudadrv, cudapy or both; default both), GPU_CHECK_NUMBA_CONCURRENT=1 (bare
 # and shim runs of a suite at the same time).
 set -u
@@ -44,6 +45,7 @@ NUMBA_MODE=${GPU_CHECK_NUMBA:-0}
 RELIABILITY_MODE=${GPU_CHECK_RELIABILITY:-0}
 SOAK_SECONDS=${GPU_CHECK_SOAK_SECONDS:-180}
 NUMBA_SUITE=${GPU_CHECK_NUMBA_SUITE:-both}
+SKIP_STEPS=" ${GPU_CHECK_SKIP:-} "   # e.g. "4b 6": steps left out (their rows say SKIP)
 mkdir -p "$OUTDIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 ROWS="$WORK/rows.tsv"
@@ -70,6 +72,8 @@ timed() {
   timeout --kill-after=10 "$secs" "$@" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
+# Whether step $1 was left out with GPU_CHECK_SKIP (a device call short of time).
+left_out() { [[ $SKIP_STEPS == *" $1 "* ]]; }
 status_of() { case "$1" in 0) echo PASS ;; 77) echo SKIP ;; 124|137) echo "FAIL" ;; *) echo FAIL ;; esac; }
 timeout_note() { case "$1" in 124|137) echo " (timed out)" ;; *) echo "" ;; esac; }
 
@@ -366,7 +370,9 @@ done
 # --- 4b. fidelity_patterns under expandable segments; peer access -------------------
 banner "4b. fidelity_patterns: expandable segments, peer access"
 # Default-configuration runs are rows of step 4 (and of the gpu suite).
-if (( ! HAVE_GPU )); then
+if left_out 4b; then
+  row "fidelity configs" SKIP "left out (GPU_CHECK_SKIP)"
+elif (( ! HAVE_GPU )); then
   row "fidelity configs" SKIP "no GPU"
 elif [[ -z "$SHIM" ]]; then
   row "fidelity configs" FAIL "libcachalloc.so not built"
@@ -469,7 +475,9 @@ fi
 # --- 6. benchmarks ---------------------------------------------------------------
 banner "6. allocation latency (host ns per malloc+free pair)"
 : >"$WORK/bench.txt"
-if (( ! HAVE_GPU )); then
+if left_out 6; then
+  row "bench" SKIP "left out (GPU_CHECK_SKIP)"
+elif (( ! HAVE_GPU )); then
   row "bench" SKIP "no GPU"
 else
   bench_rc=0
@@ -516,7 +524,9 @@ fi
 # --- 7. configurations, observability, core benchmark --------------------------
 banner "7. configurations, observability, core benchmark"
 ex="$BUILD/examples/alloc_patterns_static"
-if (( HAVE_GPU )) && [[ -x "$ex" && -n "$SHIM" ]]; then
+if left_out 7; then
+  row "configs/observability" SKIP "left out (GPU_CHECK_SKIP)"
+elif (( HAVE_GPU )) && [[ -x "$ex" && -n "$SHIM" ]]; then
   # Other allocator configurations must keep every pattern's data intact.
   for conf in expandable_segments:true free_sync:fence free_sync:device \
               max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.6; do
