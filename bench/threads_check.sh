@@ -6,7 +6,7 @@
 # (thread_cache_kb:0), interleaved; then examples/request_server (16 host
 # threads serving requests on their own streams) bare (plain cudaMalloc, and
 # CUDA's pool through cudaMallocAsync) and under cachalloc, on and off.
-#   bench/threads_check.sh [BUILD_DIR]     (default build-gpu; configured
+#   [ROUNDS=3] [SRV_ROUNDS=2] bench/threads_check.sh [BUILD_DIR]   (default build-gpu; configured
 #                                           and built here as run-all.sh does)
 # Prints each figure, a table of 16-thread ÷ 1-thread ratios, and
 #   PASS  every request_server run verified all its data (no mismatching
@@ -40,7 +40,7 @@ run() {  # run NAME CONF(or "bare") CMD...: output to $out/NAME.log
 }
 
 echo "== alloc_bench threads (3 interleaved rounds)"
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
   run "bench-bare-$round" bare "$BENCH" threads
   run "bench-tc-$round" "" "$BENCH" threads
   run "bench-notc-$round" "thread_cache_kb:0" "$BENCH" threads
@@ -72,7 +72,7 @@ for (who, case), by_t in sorted(rates.items()):
 PY
 
 echo "== request_server: 16 threads, own streams"
-for round in 1 2; do
+for round in $(seq "${SRV_ROUNDS:-2}"); do
   run "srv-bare-plain-$round" bare "$SERVER" --requests 1000 --api plain
   run "srv-bare-pool-$round" bare "$SERVER" --requests 1000 --api async
   run "srv-tc-plain-$round" "" "$SERVER" --requests 1000 --api plain
