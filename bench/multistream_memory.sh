@@ -33,6 +33,7 @@ MODES=${MODES:-native native_exp preload preload_exp preload_w16 preload_w256 pr
 PHASES=${PHASES:-train,hf,side}
 STEPS=${STEPS:-16}
 LOGS=${LOGS:-$(mktemp -d)}
+mkdir -p "$LOGS"
 pre="LD_PRELOAD=$S PYTORCH_NO_CUDA_MEMORY_CACHING=1"
 for round in $(seq "$ROUNDS"); do
   for mode in $MODES; do
