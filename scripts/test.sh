@@ -120,11 +120,12 @@ wrapper() {  # wrapper DIR RUNTIME: prints the --wrapper value, or fails
 sanitizer_skip='^(untouched_non_cuda_process|launcher|shim_exports_and_needed|fake_driver_vm_access|life_untouched_programs|install_pkg_config)$'
 # Under ThreadSanitizer only:
 #   python_module,              load libcachalloc.so into python3 with
-#   python_torch_memory         ctypes.CDLL: the TSan-built library needs
+#   python_torch_memory,        ctypes.CDLL: the TSan-built library needs
+#   python_memory_saver
 #                               libtsan, which cannot be dlopen'ed into a
 #                               process that did not start with it ("cannot
 #                               allocate memory in static TLS block")
-tsan_skip='^(python_module|python_torch_memory)$'
+tsan_skip='^(python_module|python_torch_memory|python_memory_saver)$'
 sanitizer_suites="unit integration hostile stress"
 # -O0 (buildtype debug): with ASan + UBSan, gcc takes 3 times as long to
 # compile the shim at -O2 as at -O0, and the tests are short.  b_lundef=false:

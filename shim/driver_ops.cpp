@@ -72,6 +72,20 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
 // allocations must not reuse memory the captured work will touch).
 [[gnu::always_inline]] inline bool thread_cache_eligible() { return !capture_in_flight(); }
 
+// An allocation for `id`: from the thread's front cache when the layer may
+// be used and no tag is current (tagged memory lives in segments of its
+// own, shim/tags.h), else from the allocator.
+[[gnu::always_inline]] inline CUresult serve_alloc(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
+  DevicePtr p = 0;
+  if (thread_cache_eligible() && current_tag_is_untagged() && ctx.allocator().malloc_cached(&p, size, id)) [[likely]] {
+    *out = static_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+  }
+  const Status s = tagged_malloc(ctx.allocator(), &p, size, id);
+  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
+  return to_cu(s);
+}
+
 // Stream-ordered free: a free on another stream than the block's waits for
 // that stream (record_stream does nothing for the block's own stream).
 // Through the thread's cache when that is allowed (free_cached records the
@@ -158,14 +172,7 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   settle_deferred_frees(*ctx);
-  DevicePtr p = 0;
-  if (thread_cache_eligible() && current_tag_is_untagged() && ctx->allocator().malloc_cached(&p, size, kUnorderedStreamId)) [[likely]] {
-    *out = static_cast<CUdeviceptr>(p);
-    return CUDA_SUCCESS;
-  }
-  Status s = tagged_malloc(ctx->allocator(), &p, size, kUnorderedStreamId);
-  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
-  return to_cu(s);
+  return serve_alloc(*ctx, out, size, kUnorderedStreamId);
 }
 
 [[gnu::always_inline]] inline CUresult do_mem_free(CUdeviceptr ptr) {
@@ -202,14 +209,7 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   const StreamId id = stream_id(stream, ptsz);
   note_use(ctx, id);
   settle_deferred_frees(*ctx);
-  DevicePtr p = 0;
-  if (thread_cache_eligible() && current_tag_is_untagged() && ctx->allocator().malloc_cached(&p, size, id)) [[likely]] {
-    *out = static_cast<CUdeviceptr>(p);
-    return CUDA_SUCCESS;
-  }
-  Status s = tagged_malloc(ctx->allocator(), &p, size, id);
-  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
-  return to_cu(s);
+  return serve_alloc(*ctx, out, size, id);
 }
 
 CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {

@@ -42,18 +42,29 @@ static int setup(void) {
   return 0;
 }
 
+/* Byte i of a block holds (i * 31 + seed) & 0xFF, a pattern of period 256,
+ * written and compared a period at a time: byte loops over 70 MiB, 40 times,
+ * passed the test's time limit under ThreadSanitizer. */
+static void period(unsigned char t[256], unsigned seed) {
+  for (size_t i = 0; i < 256; ++i) t[i] = (unsigned char)(i * 31 + seed);
+}
+
 static void fill(CUdeviceptr p, size_t n, unsigned seed) {
+  unsigned char t[256];
+  period(t, seed);
   unsigned char* v = malloc(n);
-  for (size_t i = 0; i < n; ++i) v[i] = (unsigned char)(i * 31 + seed);
+  for (size_t i = 0; i < n; i += 256) memcpy(v + i, t, n - i < 256 ? n - i : 256);
   cuMemcpyHtoD_v2(p, v, n);
   free(v);
 }
 
 static int holds(CUdeviceptr p, size_t n, unsigned seed) {
+  unsigned char t[256];
+  period(t, seed);
   unsigned char* v = malloc(n);
   cuMemcpyDtoH_v2(v, p, n);
   int ok = 1;
-  for (size_t i = 0; i < n && ok; ++i) ok = v[i] == (unsigned char)(i * 31 + seed);
+  for (size_t i = 0; i < n && ok; i += 256) ok = memcmp(v + i, t, n - i < 256 ? n - i : 256) == 0;
   free(v);
   return ok;
 }
