@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import os
 import threading
+import warnings
 
 from . import CachallocError, ERROR_INVALID_VALUE, SUCCESS, load
 
@@ -157,8 +158,17 @@ class TorchMemorySaver:
         self._disabled = threading.local()
 
     @contextlib.contextmanager
-    def region(self, tag="default", enable_cpu_backup=False, enable_disk_backup=False, **_ignored):
-        # enable_disk_backup: not supported (docs/PAUSE.md); treated as a CPU backup.
+    def region(self, tag="default", enable_cpu_backup=False, enable_disk_backup=False, **other):
+        # enable_disk_backup: not supported (docs/PAUSE.md); the backup goes to
+        # pinned host memory instead, which a caller who asked for disk to
+        # spare host memory must hear about.  TMS options cachalloc has no
+        # equivalent for (cpu_backup_backend, ...) are named too.
+        if enable_disk_backup:
+            warnings.warn("cachalloc.memory_saver: enable_disk_backup is not supported; tag %r is backed up "
+                          "in pinned host memory instead (docs/PAUSE.md)" % (tag,), RuntimeWarning, stacklevel=3)
+        if other:
+            warnings.warn("cachalloc.memory_saver: ignored torch_memory_saver options: %s (docs/PAUSE.md)"
+                          % ", ".join(sorted(other)), RuntimeWarning, stacklevel=3)
         if getattr(self._disabled, "on", False):
             yield
             return
