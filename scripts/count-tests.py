@@ -19,8 +19,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def catch2_cases(xml_path):
-    """(passed, failed) TEST_CASEs in a Catch2 XML report, or None."""
+def catch2_cases(xml_path, failed_names=None):
+    """(passed, failed) TEST_CASEs in a Catch2 XML report, or None; the
+    failed cases' names are appended to failed_names."""
     try:
         root = ET.parse(xml_path).getroot()
     except (OSError, ET.ParseError):
@@ -31,6 +32,8 @@ def catch2_cases(xml_path):
         ok = result is not None and result.get("success") == "true"
         passed += ok
         failed += not ok
+        if not ok and failed_names is not None:
+            failed_names.append(case.get("name", "?"))
     return passed, failed
 
 
@@ -49,7 +52,9 @@ def label(arg):
     return name if base == "testlog" else f"{name}/{base}"
 
 
-def count_build(arg):
+def count_build(arg, failures=None):
+    """(passed, failed, skipped) of one log; each failure is appended to
+    `failures` as 'test name: result [failed cases]' with its output's tail."""
     log, build_dir = log_and_build_dir(arg)
     passed = failed = skipped = 0
     with open(log) as f:
@@ -59,19 +64,25 @@ def count_build(arg):
             if result == "SKIP":
                 skipped += 1
                 continue
-            xml = os.path.join(build_dir, "catch-xml", entry["name"].split("/")[-1].strip() + ".xml")
-            cases = catch2_cases(xml) if os.path.exists(xml) else None
+            name = entry["name"].split("/")[-1].strip()
+            xml = os.path.join(build_dir, "catch-xml", name + ".xml")
+            names = []
+            cases = catch2_cases(xml, names) if os.path.exists(xml) else None
+            fl = 0
             if cases is not None and result in ("OK", "FAIL"):
                 p, fl = cases
                 # A crash after some cases passed still counts as a failure.
                 if result == "FAIL" and fl == 0:
                     fl = 1
                 passed += p
-                failed += fl
             elif result in ("OK", "EXPECTEDFAIL"):
                 passed += 1
             else:
-                failed += 1
+                fl = 1
+            failed += fl
+            if fl and failures is not None:
+                what = f"{name}: {result}" + (f" [{'; '.join(names)}]" if names else "")
+                failures.append((what, entry.get("stdout") or ""))
     return passed, failed, skipped
 
 
@@ -84,8 +95,15 @@ def main(args):
             total[1] += 1
             i += 2
             continue
-        p, f, s = count_build(args[i])
+        failures = []
+        p, f, s = count_build(args[i], failures)
         print(f"{label(args[i])}: {p} passed, {f} failed, {s} skipped")
+        # CI shows only the end of the output: each failure is named here,
+        # with the last lines it printed.
+        for what, out in failures:
+            print(f"  FAILED {label(args[i])} / {what}")
+            for tail in out.rstrip().splitlines()[-15:]:
+                print(f"    | {tail}")
         total = [total[0] + p, total[1] + f, total[2] + s]
         i += 1
     print(f"{total[2]} skipped (exit 77: nothing to run here, e.g. no GPU)")

@@ -37,7 +37,15 @@
 #define EXPORT __attribute__((visibility("default")))
 #define FAKE_INTERNAL __attribute__((visibility("hidden")))
 #define MAX_DEVICES 4
-#define MAX_DEPS 32
+#define MAX_DEPS 64
+/* Pending work an event, a stream or a context waits for: `s`'s work up to
+ * `epoch` (complete once s->epoch moved on).  Lists of them are appended to
+ * by fake_deps_add (fake_streams.c), which never drops a pending one. */
+struct CUstream_st;
+struct fake_dep {
+  struct CUstream_st* s;
+  unsigned epoch;
+};
 #define MAX_PEERS 8
 #define PAGE ((size_t)4096)
 #define ALLOC_PAGE ((size_t)2 << 20) /* cuMemAlloc maps whole 2 MiB pages */
@@ -60,7 +68,7 @@ struct CUctx_st {
   /* cuCtxWaitEvent: work enqueued afterwards on ANY of its streams (the
    * default streams, streams created later) waits for these too */
   int nwaits;
-  struct { struct CUstream_st* s; unsigned epoch; } waits[MAX_DEPS];
+  struct fake_dep waits[MAX_DEPS];
 };
 struct CUstream_st {
   int held;                  /* work recorded now stays incomplete */
@@ -75,12 +83,12 @@ struct CUstream_st {
   unsigned generation;
   /* cuStreamWaitEvent: work enqueued afterwards waits for these too */
   int nwaits;
-  struct { struct CUstream_st* s; unsigned epoch; } waits[MAX_DEPS];
+  struct fake_dep waits[MAX_DEPS];
   struct CUstream_st* thread_next;  /* registry of threads' per-thread streams */
 };
 struct CUevent_st {
   int ndeps;
-  struct { struct CUstream_st* s; unsigned epoch; } deps[MAX_DEPS];
+  struct fake_dep deps[MAX_DEPS];
   struct CUctx_st* ctx;
   unsigned generation;
   struct CUevent_st* next;   /* registry of live events (leak accounting) */

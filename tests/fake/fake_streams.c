@@ -9,6 +9,7 @@
  * blocking streams and vice versa.  Destroyed streams are unlinked but never
  * freed (events recorded on them may still point there), so a record on one
  * is recognized and counted (record_on_dead_stream). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "fake_state.h"
@@ -231,12 +232,31 @@ EXPORT CUresult cuEventCreate(CUevent* out, unsigned int flags) {
   return r;
 }
 
-static void add_dep_on(struct CUevent_st* e, struct CUstream_st* s, unsigned epoch) {
-  if (e->ndeps < MAX_DEPS) {
-    e->deps[e->ndeps].s = s;
-    e->deps[e->ndeps].epoch = epoch;
-    e->ndeps++;
+/* Appends (s, epoch) to a dependency list of n entries: once, and after
+ * dropping completed entries when the list is full.  A list of MAX_DEPS
+ * pending ones aborts, loudly: silently dropping one (as this fake once did)
+ * made work look complete early, which the stress test then reported as an
+ * early reuse by cachalloc (or would have hidden a real one). */
+static void fake_deps_add(struct fake_dep* d, int* n, struct CUstream_st* s, unsigned epoch) {
+  for (int i = 0; i < *n; ++i)
+    if (d[i].s == s && d[i].epoch == epoch) return;
+  if (*n == MAX_DEPS) {
+    int k = 0;
+    for (int i = 0; i < *n; ++i)
+      if (d[i].s->epoch == d[i].epoch) d[k++] = d[i];
+    *n = k;
   }
+  if (*n == MAX_DEPS) {
+    fprintf(stderr, "fake libcuda: more than %d pending dependencies on one event or stream\n", MAX_DEPS);
+    abort();
+  }
+  d[*n].s = s;
+  d[*n].epoch = epoch;
+  ++*n;
+}
+
+static void add_dep_on(struct CUevent_st* e, struct CUstream_st* s, unsigned epoch) {
+  fake_deps_add(e->deps, &e->ndeps, s, epoch);
 }
 
 /* The event waits for `s`'s held work and for what `s` was made to wait
@@ -354,23 +374,15 @@ EXPORT CUresult cuCtxWaitEvent(CUcontext ctx, CUevent e) {
   CUresult r = ctx_event_checks(ctx, e, FAULT_CTX_WAIT_EVENT);
   if (r == CUDA_SUCCESS) {
     fake.stats.ctx_wait_event++;
-    /* Completed waits are dropped first, so that a long run never fills the table. */
-    int n = 0;
-    for (int i = 0; i < ctx->nwaits; ++i)
-      if (ctx->waits[i].s->epoch == ctx->waits[i].epoch) ctx->waits[n++] = ctx->waits[i];
-    ctx->nwaits = n;
-    for (int i = 0; i < e->ndeps && ctx->nwaits < MAX_DEPS; ++i) {
-      ctx->waits[ctx->nwaits].s = e->deps[i].s;
-      ctx->waits[ctx->nwaits].epoch = e->deps[i].epoch;
-      ctx->nwaits++;
-    }
+    for (int i = 0; i < e->ndeps; ++i)
+      if (e->deps[i].s->epoch == e->deps[i].epoch) fake_deps_add(ctx->waits, &ctx->nwaits, e->deps[i].s, e->deps[i].epoch);
   }
   fake_unlock();
   return r;
 }
 
 /* Work enqueued on the stream from now on waits for the event's pending
- * dependencies (the fake keeps the latest MAX_DEPS of them). */
+ * dependencies. */
 static CUresult stream_wait_event(CUstream s, CUevent e, int ptsz) {
   if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
   fake_lock();
@@ -378,11 +390,8 @@ static CUresult stream_wait_event(CUstream s, CUevent e, int ptsz) {
   struct CUstream_st* st = fake_resolve_stream(s, ptsz);
   CUresult r = CUDA_SUCCESS;
   if (stream_dead(st) || event_dead(e)) r = fake_dead_call();
-  for (int i = 0; r == CUDA_SUCCESS && i < e->ndeps && st->nwaits < MAX_DEPS; ++i) {
-    st->waits[st->nwaits].s = e->deps[i].s;
-    st->waits[st->nwaits].epoch = e->deps[i].epoch;
-    st->nwaits++;
-  }
+  for (int i = 0; r == CUDA_SUCCESS && i < e->ndeps; ++i)
+    if (e->deps[i].s->epoch == e->deps[i].epoch) fake_deps_add(st->waits, &st->nwaits, e->deps[i].s, e->deps[i].epoch);
   fake_unlock();
   return r;
 }
