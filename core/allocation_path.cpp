@@ -149,8 +149,12 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
   if (!fences_.empty()) [[unlikely]]
     if (Block* b = wait_for_fenced(pool, size, stream)) return b;
   // Before growing: what threads keep cached in their front caches.
-  if (tcs_ != nullptr && flush_thread_caches(false))
+  // (Their fenced frees join the deferred list: worth a join.)
+  if (tcs_ != nullptr && flush_thread_caches(false)) {
     if (Block* b = take_free_block(pool, size, stream)) return b;
+    if (deferred_ != nullptr)
+      if (Block* b = join_waiting(pool, size, stream)) return b;
+  }
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
   if (Block* b = grow(pool, size, stream, false, err)) return b;
   if (*err != kOutOfMemory) return nullptr;  // a driver error is not ours to retry

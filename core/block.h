@@ -70,6 +70,9 @@ struct Block {
   // freed it (cached).  A thread-owned block keeps allocated set.
   ThreadCache* tc = nullptr;
   bool tc_live = false;
+  // Freed by its owner under the fence rule (tc_live false): waiting in its
+  // cache for a fence, not in a bin (thread_cache.h, "Fenced frees").
+  bool tc_waiting = false;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return mapped && !allocated && pending_events == 0 && !retained; }

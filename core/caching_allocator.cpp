@@ -10,7 +10,7 @@ namespace cachalloc {
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config, int device)
     : serial_(next_allocator_serial()), backend_(backend), config_(config), device_(device) {
-  tc_on_.store(config_.thread_cache_bytes != 0, std::memory_order_relaxed);
+  tc_events_.store(config_.thread_cache_bytes != 0 ? &kTcNever : &kTcAlways, std::memory_order_relaxed);
   std::size_t free_bytes = 0;
   if (backend_->mem_info(&free_bytes, &device_total_) != kSuccess) device_total_ = 0;
   allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
@@ -165,10 +165,17 @@ void CachingAllocator::reset_accumulated_stats() {
 void CachingAllocator::set_observer(AllocatorObserver* observer) {
   std::lock_guard lock(mutex_);
   observer_ = observer;
-  // Thread caches send no trace events: while the observer records them,
-  // every operation takes the locked path (malloc_cached, free_cached).
-  tc_observer_.store(observer, std::memory_order_relaxed);
+  const std::atomic<bool>* flag = &kTcNever;
+  if (config_.thread_cache_bytes == 0) {
+    flag = &kTcAlways;
+  } else if (observer != nullptr) {
+    flag = observer->events_flag() != nullptr ? observer->events_flag() : &kTcAlways;
+  }
+  tc_events_.store(flag, std::memory_order_relaxed);
 }
+
+const std::atomic<bool> CachingAllocator::kTcNever{false};
+const std::atomic<bool> CachingAllocator::kTcAlways{true};
 
 std::vector<SegmentInfo> CachingAllocator::snapshot() {
   std::lock_guard lock(mutex_);

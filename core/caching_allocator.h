@@ -127,8 +127,12 @@ class CachingAllocator {
   // thread's cache when it may keep the block, else as record_stream(ptr,
   // stream) + free().  Same statuses as free().
   Status free_cached(DevicePtr ptr, StreamId stream);
+  // free_deferred() through the thread's cache: the block waits there for a
+  // fence the thread records over a batch of its frees (thread_cache.h,
+  // point (g)), else as free_deferred().  Same statuses as free().
+  Status free_cached_fenced(DevicePtr ptr);
   // Whether the layer is on (thread_cache_kb != 0).
-  bool thread_cache_on() const { return tc_on_.load(std::memory_order_relaxed); }
+  bool thread_cache_on() const { return config_.thread_cache_bytes != 0; }
   // Unique per allocator in the process (thread caches match on it).
   std::uint64_t serial() const { return serial_; }
   // Thread exit (thread_cache.cpp): the cache's blocks go back, it leaves
@@ -243,7 +247,6 @@ class CachingAllocator {
   Block* find_freed(DevicePtr ptr, Status* st);
   Block* count_free(Block* block);
   Block* take_live(DevicePtr ptr, Status* st);
-  Block* release_live(DevicePtr ptr, Status* st);
   // (The held block keeps its entry but is not allocated.  Inline: every free.)
   Block* find_live(DevicePtr ptr) const {
     Block* b = live_.find(ptr);
@@ -388,6 +391,17 @@ class CachingAllocator {
   ThreadCache* create_thread_cache();
   Status free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc);
   bool adopt(Block* block, StreamId stream, ThreadCache* tc);
+  bool adoptable(const Block* block) const;
+  bool take_ownership(Block* block, ThreadCache* tc);
+  Status free_deferred_adopt(DevicePtr ptr, ThreadCache* tc);
+  Block* find_freed_here(DevicePtr ptr, Status* st);  // find_freed and count_free, callable outside
+  Block* count_free_here(Block* block);                //   free_path.cpp
+  Status defer_live(Block* block);                      // fence_path.cpp: free_deferred's second half
+  void fence_thread_batch(ThreadCache* tc);
+  bool fence_waiting(ThreadCache* tc);
+  bool reclaim_thread_fences(ThreadCache* tc);
+  std::size_t hand_over_held(ThreadCache* tc, bool fenced_too);
+  static void merge_stat(Stat& s, const ThreadDelta& d);
   Block* detach(Block* block);
   void merge_deltas(ThreadCache* tc);
   void merge_all_deltas();
@@ -402,13 +416,18 @@ class CachingAllocator {
   void orphan_thread_caches();
   ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
   const std::uint64_t serial_;
-  std::atomic<bool> tc_on_{false};
-  std::atomic<AllocatorObserver*> tc_observer_{nullptr};  // observer_, readable without the lock
-  // Whether the calling thread may use its cache now.
-  bool tc_usable() const {
-    if (!tc_on_.load(std::memory_order_relaxed)) return false;
-    const AllocatorObserver* o = tc_observer_.load(std::memory_order_relaxed);
-    return o == nullptr || !o->wants_events();
+  // Whether the calling thread may use its cache now: two relaxed loads.
+  // tc_events_ points at a flag that reads true while the layer must not
+  // serve: kTcAlways when the layer is off (thread_cache_kb 0) or the
+  // observer wants every event, the observer's own flag while its interest
+  // can change (thread caches send no trace events: while the observer
+  // records them, every operation takes the locked path), kTcNever without
+  // an observer.  Observers live as long as the process (the flags too).
+  static const std::atomic<bool> kTcNever;
+  static const std::atomic<bool> kTcAlways;
+  std::atomic<const std::atomic<bool>*> tc_events_{&kTcAlways};
+  [[gnu::always_inline]] bool tc_usable() const {
+    return !tc_events_.load(std::memory_order_relaxed)->load(std::memory_order_relaxed);
   }
 
   DeviceBackend* backend_;

@@ -31,8 +31,16 @@ namespace cachalloc {
 Status CachingAllocator::free_deferred(DevicePtr ptr) {
   std::lock_guard lock(mutex_);
   Status st = kSuccess;
-  Block* block = release_live(ptr, &st);
+  Block* block = find_freed_here(ptr, &st);
   if (block == nullptr) return st;
+  return defer_live(block);
+}
+
+// The program frees `block` (live): counted, out of the live map, deferred.
+Status CachingAllocator::defer_live(Block* block) {
+  block = count_free_here(block);
+  if (block == nullptr) return kSuccess;  // exported: retained
+  live_.erase(block->ptr);
   defer(block);
   if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max || deferred_bytes_ > deferred_bytes_limit_) [[unlikely]]
     bound_waiting();

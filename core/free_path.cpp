@@ -46,18 +46,16 @@ namespace cachalloc {
   return block;
 }
 
+// Out-of-line copies for the other files of the core.
+Block* CachingAllocator::find_freed_here(DevicePtr ptr, Status* st) { return find_freed(ptr, st); }
+Block* CachingAllocator::count_free_here(Block* block) { return count_free(block); }
+
 // find_freed and count_free.
 Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
   Block* block = find_freed(ptr, st);
   return block != nullptr ? count_free(block) : nullptr;
 }
 
-// take_live, and out of the live map.
-Block* CachingAllocator::release_live(DevicePtr ptr, Status* st) {
-  Block* block = take_live(ptr, st);
-  if (block != nullptr) live_.erase(block->ptr);
-  return block;
-}
 
 // Here, not in caching_allocator.cpp: free_locked and the hold
 // (reuse_path.h) inline into them.

@@ -45,6 +45,8 @@ class AllocatorObserver {
   // Whether on_event wants events now: one relaxed load, so that the
   // allocator's hot path neither builds nor sends events nobody records.
   bool wants_events() const { return events_on_ == nullptr || events_on_->load(std::memory_order_relaxed); }
+  // The flag wants_events() reads (nullptr: events always wanted).
+  const std::atomic<bool>* events_flag() const { return events_on_; }
 
  protected:
   // Set by an observer whose interest can change (nullptr: always).

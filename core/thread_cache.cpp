@@ -71,7 +71,8 @@ bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, Stre
   {
     std::lock_guard lock(mutex_);
     std::lock_guard tl(tc->mutex);
-    reserve_ids(tc);
+    if (tc->next_id == tc->id_end) reserve_ids(tc);
+    if (tc->fence_count != 0) reclaim_thread_fences(tc);
     merge_deltas(tc);
   }
   std::lock_guard tl(tc->mutex);
@@ -129,24 +130,33 @@ void CachingAllocator::reserve_ids(ThreadCache* tc) {
 
 // The program frees `block` (live, plain): into `tc` when the free is
 // immediately safe on the block's stream and the cache has room.
-bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
+// Whether a live block is of a kind the caches take (thread_cache.h (b)).
+bool CachingAllocator::adoptable(const Block* block) const {
   const Segment* seg = block->segment;
-  if (!seg->small || seg->expandable || block->size > ThreadCache::kMaxBlock || block->size >= config_.max_split_size ||
-      block->exported || !block->stream_uses.empty() || (stream != kAnyStream && stream != block->stream))
-    return false;
+  return seg->small && !seg->expandable && block->size <= ThreadCache::kMaxBlock &&
+         block->size < config_.max_split_size && !block->exported && block->stream_uses.empty();
+}
+
+bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
+  if (!adoptable(block) || (stream != kAnyStream && stream != block->stream)) return false;
   std::lock_guard tl(tc->mutex);
+  if (!take_ownership(block, tc)) return false;
+  const std::size_t bin = ThreadCache::bin_of(block->size);
+  block->free_next = tc->bins[bin];
+  tc->bins[bin] = block;
+  return true;
+}
+
+// Both locks held: `block` (live, adoptable) becomes `tc`'s, freed for the
+// program (counted now: the block stays allocated for the core).  False
+// when the cache has no room.
+bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
   if (tc->owned_bytes + block->size > tc->limit) return false;
   merge_deltas(tc);
   if (tc->id_end - tc->next_id < ThreadCache::kIdBatch / 2) reserve_ids(tc);
   block->tc = tc;
   block->tc_live = false;
-  const std::size_t bin = ThreadCache::bin_of(block->size);
-  block->free_next = tc->bins[bin];
-  tc->bins[bin] = block;
   tc->owned_bytes += block->size;
-  tc->cached_bytes += block->size;
-  ++tc->cached_count;
-  // The program's free, counted now (the block stays allocated for the core).
   const auto bytes = static_cast<std::int64_t>(block->size);
   stats_.allocation.decrease(true, 1);
   stats_.allocated_bytes.decrease(true, bytes);
@@ -154,6 +164,132 @@ bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
   stats_.active_bytes.decrease(true, bytes);
   stats_.requested_bytes.decrease(true, static_cast<std::int64_t>(block->requested));
   return true;
+}
+
+// ------------------------------------------------- fenced frees (point (g))
+
+// free_cached_fenced's locked half, for a block the cache did not hand out:
+// adopted into its waiting list when it may be, else free_deferred().
+Status CachingAllocator::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  Status st = kSuccess;
+  Block* block = find_freed_here(ptr, &st);  // (detaches a thread-owned block)
+  if (block == nullptr) return st;
+  if (adoptable(block)) {
+    std::lock_guard tl(tc->mutex);
+    if (take_ownership(block, tc)) {
+      tc->hold(block);  // active and deferred again, through the deltas
+      if (tc->fence_due()) fence_waiting(tc);
+      return kSuccess;
+    }
+  }
+  return defer_live(block);
+}
+
+// A fence over the calling thread's waiting frees (free_cached_fenced, when
+// `batch` of them wait).
+void CachingAllocator::fence_thread_batch(ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  std::lock_guard tl(tc->mutex);
+  fence_waiting(tc);
+}
+
+// Both locks held: one fence over `tc`'s waiting blocks.  Where none can be
+// recorded (all of the cache's fences in flight, or the backend failed) the
+// blocks go to the core's deferred list, which has its own fallbacks; during
+// a capture (kNotReady) they keep waiting.  Whether a fence was recorded.
+bool CachingAllocator::fence_waiting(ThreadCache* tc) {
+  if (tc->waiting == nullptr) return false;
+  Status st = kNotSupported;
+  FenceId fence = 0;
+  DeviceBackend::FenceCost cost;
+  if (tc->fence_count < ThreadCache::kMaxFences) st = backend_->fence_record(&fence, &cost);
+  if (st == kNotReady) return false;
+  if (st != kSuccess) {
+    hand_over_held(tc, false);
+    return false;
+  }
+  ++stats_.num_fences;
+  stats_.num_fence_events += cost.events;
+  stats_.num_fence_stream_queries += cost.stream_queries;
+  events_per_fence_ = std::max(cost.calls(), 1);
+  tc->fences[(tc->fence_head + tc->fence_count) % ThreadCache::kMaxFences] = {fence, tc->waiting, tc->waiting_count};
+  ++tc->fence_count;
+  tc->waiting = nullptr;
+  tc->waiting_count = 0;
+  tc->waiting_bytes = 0;
+  tc->batch = fence_batch_min();
+  return true;
+}
+
+// Both locks held: `tc`'s completed fences, oldest first, put their blocks
+// into the bins (a fence recorded later completes later on every stream, so
+// the first one not done ends the walk).  Whether any block came back.
+bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
+  bool freed = false;
+  while (tc->fence_count != 0) {
+    const ThreadCache::Fenced f = tc->fences[tc->fence_head];
+    const Status st = backend_->fence_query(f.fence);
+    if (st == kNotReady) break;
+    if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
+        backend_->synchronize_device() != kSuccess)
+      break;
+    backend_->fence_destroy(f.fence);
+    tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
+    --tc->fence_count;
+    for (Block* b = f.blocks; b != nullptr;) {
+      Block* next = b->free_next;
+      b->tc_waiting = false;
+      tc->held_count.down(1);
+      tc->held_bytes.down(static_cast<std::int64_t>(b->size));
+      const std::size_t bin = ThreadCache::bin_of(b->size);
+      b->free_next = tc->bins[bin];
+      tc->bins[bin] = b;
+      b = next;
+    }
+    freed = true;
+  }
+  if (tc->fence_due()) fence_waiting(tc);
+  return freed;
+}
+
+// Both locks held: `tc`'s waiting blocks (and, with fenced_too, those behind
+// its fences, which are destroyed) leave it for the core's deferred list:
+// the core's next fence, recorded later still, covers them.  They stay
+// active and deferred in the statistics (the deltas merged first).
+// Returns how many blocks moved.
+std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
+  merge_deltas(tc);
+  std::size_t n = 0;
+  auto move = [&](Block* list) {
+    for (Block* b = list; b != nullptr;) {
+      Block* next = b->free_next;
+      b->tc = nullptr;
+      b->tc_waiting = false;
+      b->allocated = false;
+      live_.erase(b->ptr);
+      tc->owned_bytes -= b->size;
+      b->deferred = true;
+      ++b->pending_events;
+      b->free_next = deferred_;
+      deferred_ = b;
+      ++deferred_count_;
+      deferred_bytes_ += b->size;
+      ++n;
+      b = next;
+    }
+  };
+  move(tc->waiting);
+  tc->waiting = nullptr;
+  tc->waiting_count = 0;
+  tc->waiting_bytes = 0;
+  for (; fenced_too && tc->fence_count != 0; --tc->fence_count) {
+    const ThreadCache::Fenced f = tc->fences[tc->fence_head];
+    backend_->fence_destroy(f.fence);
+    move(f.blocks);
+    tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
+  }
+  return n;
 }
 
 // A thread-owned block leaves its cache (the allocator's lock held): a
@@ -180,7 +316,20 @@ void CachingAllocator::merge_deltas(ThreadCache* tc) {
   merge(stats_.allocated_bytes, tc->bytes);
   merge(stats_.active_bytes, tc->bytes);
   merge(stats_.requested_bytes, tc->requested);
-  tc->count = tc->bytes = tc->requested = ThreadDelta{};
+  merge(stats_.active, tc->held_count);
+  merge(stats_.active_bytes, tc->held_bytes);
+  merge_stat(stats_.deferred_free_bytes, tc->held_bytes);
+  stats_.num_deferred_frees += tc->deferred_frees;
+  tc->count = tc->bytes = tc->requested = tc->held_count = tc->held_bytes = ThreadDelta{};
+  tc->deferred_frees = 0;
+}
+
+// A cache's delta into a plain Stat (deferred_free_bytes).
+void CachingAllocator::merge_stat(Stat& s, const ThreadDelta& d) {
+  if (s.current + d.high > s.peak) s.peak = s.current + d.high;
+  s.current += d.current;
+  s.allocated += d.allocated;
+  s.freed += d.allocated - d.current;
 }
 
 void CachingAllocator::merge_all_deltas() {
@@ -197,6 +346,10 @@ void CachingAllocator::add_deltas(AllocatorStats& s) const {
     s.allocated_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
     s.active_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
     s.requested_bytes.adjust(true, tc->requested.current, tc->requested.allocated, tc->requested.high);
+    s.active.adjust(true, tc->held_count.current, tc->held_count.allocated, tc->held_count.high);
+    s.active_bytes.adjust(true, tc->held_bytes.current, tc->held_bytes.allocated, tc->held_bytes.high);
+    merge_stat(s.deferred_free_bytes, tc->held_bytes);
+    s.num_deferred_frees += tc->deferred_frees;
   }
 }
 
@@ -226,8 +379,7 @@ bool CachingAllocator::flush_thread_caches(bool out_too) {
 
 std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
   std::lock_guard tl(tc->mutex);
-  merge_deltas(tc);
-  std::size_t n = 0;
+  std::size_t n = hand_over_held(tc, true);  // (merges the deltas)
   for (Block*& head : tc->bins) {
     for (Block* b = head; b != nullptr;) {
       Block* next = b->free_next;
@@ -242,8 +394,6 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
     }
     head = nullptr;
   }
-  tc->cached_bytes = 0;
-  tc->cached_count = 0;
   if (out_too) {
     tc->for_each_out([&](DevicePtr, Block* b) {
       b->tc = nullptr;

@@ -62,6 +62,21 @@
 //      exists; CUDA is unusable in such a child, and the shim does not serve
 //      it, so the other threads' caches are never touched there.
 //  (e) validate() checks every cache (check_thread_caches).
+//  (g) Fenced frees.  With non-blocking streams alive a plain cuMemFree is
+//      made safe by a fence (shim/free_policy.h, core/fence_path.cpp).  The
+//      owner's cache takes those frees too (give_fenced): the block waits
+//      in the cache's `waiting` list (tc_waiting set, tc_live false: freed
+//      for the program, still active in the statistics and counted in
+//      deferred_free_bytes, as the core counts its own deferred blocks);
+//      once `batch` frees wait, the owner records one fence over them under
+//      the allocator's lock (fence_thread_batch) and a miss of its cache
+//      polls its fences, oldest first (reclaim_thread_fences).  Only a
+//      completed fence moves blocks into the bins: a waiting block is never
+//      handed out.  A flush hands waiting and fenced blocks over to the
+//      core's deferred list (their fences destroyed): the core's next fence
+//      is recorded later still, so covers them too.  Where no fence can be
+//      recorded (a failure, the cache's fences all in flight) the waiting
+//      blocks are handed over the same way.
 //  (f) Nothing is created before a thread's first adopted free: a process
 //      that never touches CUDA has no cache, no key, no destructor.
 //
@@ -122,14 +137,32 @@ struct ThreadCache {
   // got: no hash), the others in `out` by address.
   Block* recent = nullptr;
   LiveMap out;
-  std::size_t owned_bytes = 0;
-  std::size_t cached_bytes = 0;
-  std::size_t cached_count = 0;
+  std::size_t owned_bytes = 0;  // cached + out + waiting + fenced
   std::uint64_t next_id = 0;   // [next_id, id_end) reserved from the allocator
   std::uint64_t id_end = 0;
   ThreadDelta count;           // allocation and active
   ThreadDelta bytes;           // allocated_bytes and active_bytes
   ThreadDelta requested;       // requested_bytes
+  // Fenced frees (point (g)): blocks waiting for a fence, then behind one.
+  struct Fenced {
+    FenceId fence;
+    Block* blocks;
+    std::size_t count;
+  };
+  static constexpr std::size_t kMaxFences = 4;
+  Block* waiting = nullptr;    // not yet behind a fence, through free_next
+  std::size_t waiting_count = 0;
+  std::size_t waiting_bytes = 0;
+  Fenced fences[kMaxFences] = {};  // oldest at fence_head
+  std::size_t fence_head = 0;
+  std::size_t fence_count = 0;
+  std::size_t batch = 20;      // waiting frees worth a fence (the allocator's fence_batch_min)
+  // A fence is due once `batch` frees wait, or a quarter of the cache's
+  // bytes (large blocks: the cache must not fill with waiting ones).
+  bool fence_due() const { return waiting_count >= batch || waiting_bytes >= limit / 4; }
+  ThreadDelta held_count;      // waiting + fenced blocks: active
+  ThreadDelta held_bytes;      // active_bytes and deferred_free_bytes
+  std::int64_t deferred_frees = 0;  // num_deferred_frees not yet merged
 
   // The allocator's list (guarded by its mutex) and the thread's list
   // (touched by the owner thread only, and by the registry at thread exit).
@@ -167,6 +200,22 @@ struct ThreadCache {
   // `stream` (kAnyStream: the block's own).  False: not this cache's (the
   // caller takes the allocator's path).
   bool give(DevicePtr ptr, StreamId stream);
+  // `ptr` handed out by this cache, freed by its owner under the fence rule:
+  // into `waiting`.  kNotMine: the caller takes the allocator's path;
+  // kFenceDue: kept, and a fence is worth recording now.
+  enum GiveFenced { kNotMine, kKept, kFenceDue };
+  GiveFenced give_fenced(DevicePtr ptr);
+  // A waiting or fenced block, as point (g) counts it.
+  void hold(Block* b) {
+    b->tc_waiting = true;
+    b->free_next = waiting;
+    waiting = b;
+    ++waiting_count;
+    waiting_bytes += b->size;
+    held_count.up(1);
+    held_bytes.up(static_cast<std::int64_t>(b->size));
+    ++deferred_frees;
+  }
 };
 
 // A free that names no stream (cuMemFree): the block's own stream is the one
@@ -194,7 +243,7 @@ inline ThreadCache* find_thread_cache(std::uint64_t serial) {
   return find_thread_cache_slow(serial);
 }
 
-inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stream) {
+[[gnu::always_inline]] inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stream) {
   Block** link = &bins[bin_of(size)];
   Block* b = *link;
   // The newest block first; a few more for a thread that alternates streams.
@@ -209,15 +258,13 @@ inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stre
   b->requested = req;
   b->id = next_id++;
   insert_out(b);
-  cached_bytes -= b->size;
-  --cached_count;
   count.up(1);
   bytes.up(static_cast<std::int64_t>(b->size));
   requested.up(static_cast<std::int64_t>(req));
   return b;
 }
 
-inline bool ThreadCache::give(DevicePtr ptr, StreamId stream) {
+[[gnu::always_inline]] inline bool ThreadCache::give(DevicePtr ptr, StreamId stream) {
   Block* b = find_out(ptr);
   if (b == nullptr || (stream != kAnyStream && stream != b->stream)) [[unlikely]] return false;
   erase_out(b);
@@ -225,12 +272,22 @@ inline bool ThreadCache::give(DevicePtr ptr, StreamId stream) {
   std::size_t bin = bin_of(b->size);
   b->free_next = bins[bin];
   bins[bin] = b;
-  cached_bytes += b->size;
-  ++cached_count;
   count.down(1);
   bytes.down(static_cast<std::int64_t>(b->size));
   requested.down(static_cast<std::int64_t>(b->requested));
   return true;
+}
+
+inline ThreadCache::GiveFenced ThreadCache::give_fenced(DevicePtr ptr) {
+  Block* b = find_out(ptr);
+  if (b == nullptr) [[unlikely]] return kNotMine;
+  erase_out(b);
+  b->tc_live = false;
+  count.down(1);
+  bytes.down(static_cast<std::int64_t>(b->size));
+  requested.down(static_cast<std::int64_t>(b->requested));
+  hold(b);
+  return fence_due() ? kFenceDue : kKept;
 }
 
 }  // namespace cachalloc

@@ -14,13 +14,14 @@ namespace cachalloc {
   if (rounded > ThreadCache::kMaxBlock) return false;
   tc->mutex.lock();
   Block* b = tc->take(rounded, size, stream);
-  const bool ids_out = tc->next_id == tc->id_end;
+  // A miss worth the locked half: ids ran out, or fences may have completed.
+  const bool slow = b == nullptr && (tc->next_id == tc->id_end || tc->fence_count != 0);
   tc->mutex.unlock();
   if (b != nullptr) [[likely]] {
     *out = b->ptr;
     return true;
   }
-  return ids_out && malloc_cached_slow(out, size, stream, tc);
+  return slow && malloc_cached_slow(out, size, stream, tc);
 }
 
 [[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
@@ -38,6 +39,27 @@ namespace cachalloc {
   }
   if (tc == nullptr && stream == kAnyStream) return free(ptr);  // the layer is off
   return free_adopt(ptr, stream, tc);
+}
+
+[[gnu::always_inline]] inline Status CachingAllocator::free_cached_fenced(DevicePtr ptr) {
+  ThreadCache* tc = nullptr;
+  if (tc_usable()) [[likely]] {
+    tc = find_thread_cache(serial_);
+    if (tc != nullptr) [[likely]] {
+      tc->mutex.lock();
+      const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
+      tc->mutex.unlock();
+      if (kept == ThreadCache::kKept) [[likely]] return kSuccess;
+      if (kept == ThreadCache::kFenceDue) {
+        fence_thread_batch(tc);
+        return kSuccess;
+      }
+    } else {
+      tc = create_thread_cache();
+    }
+  }
+  if (tc == nullptr) return free_deferred(ptr);  // the layer is off
+  return free_deferred_adopt(ptr, tc);
 }
 
 }  // namespace cachalloc

@@ -56,7 +56,11 @@ void CachingAllocator::check_held(const Block* b) const {
 //  * a cached block is thread-owned by that cache, not live for the program,
 //    allocated for the core and in the live map, in the bin of its size;
 //  * a handed-out block is in the cache's out map, owned by it and live;
-//  * owned bytes = cached + handed-out bytes <= the cache's limit;
+//  * a waiting block (point (g)) is owned, not live, marked tc_waiting,
+//    allocated for the core and in the live map, in the waiting list or
+//    behind one of the cache's fences, whose counts agree;
+//  * owned bytes = cached + handed-out + waiting + fenced bytes <= the
+//    cache's limit;
 //  * thread-owned blocks are small-pool, plain-segment, unexported blocks
 //    with no recorded stream (checked in the segment walk).
 // Returns how many blocks the caches own.
@@ -67,13 +71,32 @@ std::size_t CachingAllocator::check_thread_caches() const {
     std::size_t cached = 0, cached_bytes = 0, out_bytes = 0;
     for (std::size_t i = 0; i < ThreadCache::kBins; ++i)
       for (const Block* b = tc->bins[i]; b != nullptr; b = b->free_next) {
-        check(b->tc == tc && !b->tc_live && b->allocated, "cached block not owned, or live", b->ptr);
+        check(b->tc == tc && !b->tc_live && !b->tc_waiting && b->allocated, "cached block not owned, or live", b->ptr);
         check(ThreadCache::bin_of(b->size) == i, "cached block in another size's bin", b->ptr);
         check(live_.find(b->ptr) == b, "cached block missing from the live map", b->ptr);
         ++cached;
         cached_bytes += b->size;
       }
-    check(cached == tc->cached_count && cached_bytes == tc->cached_bytes, "thread cache counts disagree", 0);
+    // Waiting and fenced blocks (point (g)).
+    auto walk_held = [&](const Block* list) {
+      std::size_t n = 0;
+      for (const Block* b = list; b != nullptr; b = b->free_next, ++n) {
+        check(b->tc == tc && !b->tc_live && b->tc_waiting && b->allocated, "waiting block not owned, or live", b->ptr);
+        check(live_.find(b->ptr) == b, "waiting block missing from the live map", b->ptr);
+        cached_bytes += b->size;
+      }
+      cached += n;
+      return n;
+    };
+    const std::size_t before_waiting = cached_bytes;
+    check(walk_held(tc->waiting) == tc->waiting_count && cached_bytes - before_waiting == tc->waiting_bytes,
+          "thread cache's waiting count disagrees", 0);
+    check(tc->fence_count <= ThreadCache::kMaxFences && tc->fence_head < ThreadCache::kMaxFences,
+          "thread cache's fence ring", 0);
+    for (std::size_t k = 0; k < tc->fence_count; ++k) {
+      const ThreadCache::Fenced& f = tc->fences[(tc->fence_head + k) % ThreadCache::kMaxFences];
+      check(walk_held(f.blocks) == f.count && f.count != 0, "thread cache's fence batch disagrees with its count", 0);
+    }
     tc->for_each_out([&](DevicePtr ptr, const Block* b) {
       check(b->ptr == ptr && b->tc == tc && b->tc_live && b->allocated, "handed-out block not owned, or freed", ptr);
       check(live_.find(ptr) == b, "handed-out block missing from the live map", ptr);
@@ -182,6 +205,8 @@ void CachingAllocator::validate() const {
       // A thread-cached block is allocated for the core, freed for the
       // program and the statistics (thread_cache.h).
       const bool cached = b->tc != nullptr && !b->tc_live;
+      // (A waiting one stays active and deferred, as the core's own.)
+      const bool tc_waiting = cached && b->tc_waiting;
       if (b->tc != nullptr) {
         check(b->allocated && small && !seg->expandable && !b->exported && b->stream_uses.empty(),
               "thread-owned block of a kind the caches never take", b->ptr);
@@ -198,7 +223,7 @@ void CachingAllocator::validate() const {
       if (!b->mapped) {
         // address space only: in no statistic
       } else if (!b->is_free()) {
-        if (cached) {
+        if (cached && !tc_waiting) {
           // counted in no statistic but reserved/segment
         } else {
           rc.s.active.increase(small, 1);
@@ -271,6 +296,13 @@ void CachingAllocator::validate() const {
   for (const Block* b = deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
   for (const FenceBatch& f : fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    for (const Block* b = tc->waiting; b != nullptr; b = b->free_next) deferred_bytes += b->size;
+    for (std::size_t k = 0; k < tc->fence_count; ++k)
+      for (const Block* b = tc->fences[(tc->fence_head + k) % ThreadCache::kMaxFences].blocks; b != nullptr;
+           b = b->free_next)
+        deferred_bytes += b->size;
+  }
   check(got.deferred_free_bytes.current == static_cast<std::int64_t>(deferred_bytes),
         "deferred_free_bytes disagrees with the deferred blocks", 0);
   for (const StatArray* arr : {&got.allocation, &got.segment, &got.active, &got.allocated_bytes,

@@ -10,6 +10,10 @@
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
+
+// Declared in the header: capture_in_flight() is inline on every pair.
+std::atomic<int> g_captures{0};
+
 namespace {
 
 struct Capture {
@@ -17,7 +21,6 @@ struct Capture {
   bool strict;  // global or thread-local mode
 };
 
-std::atomic<int> g_captures{0};
 std::atomic<int> g_strict{0};
 
 // Captures are rare and short-lived: a locked vector is plenty.
@@ -73,8 +76,6 @@ bool stream_is_capturing(CUstream s, bool ptsz) {
   if (d->cuStreamIsCapturing(s, &status) != CUDA_SUCCESS) return true;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
-
-bool capture_in_flight() { return g_captures.load(std::memory_order_relaxed) != 0; }
 
 bool strict_capture_in_flight() { return g_strict.load(std::memory_order_relaxed) != 0; }
 

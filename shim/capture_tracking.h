@@ -19,6 +19,7 @@
 // shared from their check through the call.
 #pragma once
 
+#include <atomic>
 #include <shared_mutex>
 
 #include "cuda_api.h"
@@ -38,7 +39,9 @@ void capture_ended(CUstream stream, bool ptsz, CUresult result);
 // capturing: the driver then sees the call and reports it.
 bool stream_is_capturing(CUstream stream, bool ptsz);
 // Whether any capture is in flight (one relaxed load).
-bool capture_in_flight();
+// Captures in flight in the process (capture_tracking.cpp).
+extern std::atomic<int> g_captures;
+inline bool capture_in_flight() { return g_captures.load(std::memory_order_relaxed) != 0; }
 // Whether a global- or thread-local-mode capture is in flight.
 bool strict_capture_in_flight();
 

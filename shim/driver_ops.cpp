@@ -98,11 +98,15 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
 }
 
 // A free immediately safe in stream order (rule stream) may go to the
-// thread's cache; the others (fence, device) take the locked path.
+// thread's cache, and so may a fenced one (it waits there for a fence the
+// thread records over a batch of its frees: core/thread_cache.h, point
+// (g)); the device rule takes the locked path.
 [[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
   const FreeRule rule = choose_free_rule(ctx.free_sync(), ctx);
-  if (rule == FreeRule::stream && thread_cache_eligible()) [[likely]]
-    return ctx.allocator().free_cached(ptr, kAnyStream);
+  if (thread_cache_eligible()) [[likely]] {
+    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream);
+    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr);
+  }
   return free_by_rule(ctx, ptr, rule);
 }
 

@@ -3,7 +3,9 @@
 // out again), exact statistics, stream keys, flushes (empty_cache, a miss
 // that would grow, thread exit, the allocator's death), detaching by
 // record_stream and by frees from other threads, and threads hammering one
-// allocator while validate() runs beside them.  validate() after each step.
+// allocator while validate() runs beside them; fenced frees (point (g)):
+// waiting in the cache behind the thread's own fences, checked by the reuse
+// oracle.  validate() after each step.
 #include <atomic>
 #include <mutex>
 #include <random>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "alloc_fixture.h"
+#include "reuse_oracle.h"
 
 using namespace cachalloc;
 using namespace cachalloc::testing;
@@ -353,4 +356,211 @@ TEST_CASE("threads hammer one allocator through their caches while validate() ru
   CHECK(s.allocation[StatType::aggregate].allocated == s.allocation[StatType::aggregate].freed);
   f.empty_cache();
   CHECK(f.reserved() == 0);
+}
+
+// ------------------------------------------------------------ fenced frees
+
+namespace {
+
+// A fenced free (a plain cuMemFree with non-blocking streams alive) through
+// the thread's cache, told to the oracle first.
+void fenced_free(AllocFixture& f, ReuseOracle& oracle, DevicePtr p, std::size_t size) {
+  oracle.freeing_deferred(p, size, kS);
+  REQUIRE(f.alloc->free_cached_fenced(p) == kSuccess);
+  f.alloc->validate();
+}
+
+// An allocation through the cache or the allocator, checked by the oracle.
+DevicePtr checked_malloc(AllocFixture& f, ReuseOracle& oracle, std::size_t size, bool* from_cache = nullptr) {
+  DevicePtr p = 0;
+  const bool cached = f.alloc->malloc_cached(&p, size, kS);
+  if (!cached) REQUIRE(f.alloc->malloc(&p, size, kS) == kSuccess);
+  f.alloc->validate();
+  INFO(oracle.check(p, size, kS));
+  CHECK(oracle.check(p, size, kS).empty());
+  if (from_cache != nullptr) *from_cache = cached;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a fenced free waits in the thread's cache: freed for the program, reused only after its fence") {
+  AllocFixture f;
+  ReuseOracle oracle{f.backend};
+  const DevicePtr p = f.malloc(1000, kS);
+  fenced_free(f, oracle, p, 1024);
+  CHECK(f.backend.fence_records == 0);  // one free: no fence yet, no driver call
+  // Freed for the program; still active and deferred, as the core's own.
+  CHECK_FALSE(query(f, p).live);
+  CHECK_FALSE(f.alloc->is_live(p));
+  CHECK(agg(f.stats().allocation) == 0);
+  CHECK(agg(f.stats().allocated_bytes) == 0);
+  CHECK(agg(f.stats().active) == 1);
+  CHECK(agg(f.stats().active_bytes) == 1024);
+  CHECK(f.stats().deferred_free_bytes.current == 1024);
+  CHECK(f.stats().num_deferred_frees == 1);
+  // A double free is refused and changes nothing.
+  CHECK(f.alloc->free_cached_fenced(p) == kInvalidValue);
+  CHECK(f.alloc->free(p) == kInvalidValue);
+  f.alloc->validate();
+
+  // Pairs: each allocation misses (everything waits), each free waits; the
+  // batch's last free records the thread's fence.
+  std::vector<DevicePtr> seen{p};
+  while (f.backend.fence_records == 0) {
+    bool from_cache = true;
+    const DevicePtr q = checked_malloc(f, oracle, 1000, &from_cache);
+    CHECK_FALSE(from_cache);
+    CHECK(std::find(seen.begin(), seen.end(), q) == seen.end());
+    seen.push_back(q);
+    fenced_free(f, oracle, q, 1024);
+    REQUIRE(seen.size() <= 20);
+  }
+  CHECK(seen.size() == 20);
+  CHECK(f.stats().num_fences == 1);
+  CHECK(f.stats().deferred_free_bytes.current == 20 * 1024);
+  // Not complete: a miss polls it and takes the allocator's path.
+  const DevicePtr fresh = checked_malloc(f, oracle, 1000);
+  CHECK(std::find(seen.begin(), seen.end(), fresh) == seen.end());
+  // Complete: the next miss moves the batch into the bins and reuses one.
+  f.backend.complete_all_events();
+  bool from_cache = false;
+  const DevicePtr again = checked_malloc(f, oracle, 1000, &from_cache);
+  CHECK(from_cache);
+  CHECK(std::find(seen.begin(), seen.end(), again) != seen.end());
+  CHECK(oracle.waited_reuses() >= 1);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+  CHECK(agg(f.stats().active) == 2);  // fresh and again
+  fenced_free(f, oracle, again, 1024);
+  fenced_free(f, oracle, fresh, 1024);
+  f.backend.complete_all_events();
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
+}
+
+TEST_CASE("a fence is due after a quarter of the cache's bytes wait, for large blocks") {
+  Config cfg;
+  cfg.thread_cache_bytes = 256 * KiB;  // a quarter: one 64 KiB block
+  AllocFixture f(cfg);
+  ReuseOracle oracle{f.backend};
+  const DevicePtr a = checked_malloc(f, oracle, 64 * KiB);
+  fenced_free(f, oracle, a, 64 * KiB);
+  CHECK(f.backend.fence_records == 1);
+  CHECK(f.stats().num_fences == 1);
+}
+
+TEST_CASE("flushes hand waiting and fenced blocks to the core's deferred list, still covered") {
+  AllocFixture f;
+  ReuseOracle oracle{f.backend};
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 25; ++i) blocks.push_back(checked_malloc(f, oracle, 2000));
+  for (DevicePtr p : blocks) fenced_free(f, oracle, p, 2048);  // 20 behind the thread's fence, 5 waiting
+  CHECK(f.backend.fence_records == 1);
+  const std::int64_t deferred = f.stats().deferred_free_bytes.current;
+  CHECK(deferred == 25 * 2048);
+  // Still deferred (the thread's fence was destroyed; the core fences them
+  // again), never handed out before a fence recorded after them completes.
+  SECTION("a snapshot") {
+    (void)f.alloc->snapshot();
+    CHECK(f.stats().deferred_free_bytes.current == deferred);
+  }
+  SECTION("a stream retired") {
+    REQUIRE(f.alloc->retire_stream(kS) == kSuccess);
+    CHECK(f.stats().deferred_free_bytes.current == deferred);
+  }
+  SECTION("empty_cache (waits for every fence: nothing deferred is left)") {
+    f.alloc->empty_cache();
+    CHECK(f.stats().deferred_free_bytes.current == 0);
+  }
+  f.alloc->validate();
+  CHECK(f.stats().num_deferred_frees == 25);
+  for (int i = 0; i < 30; ++i) checked_malloc(f, oracle, 2000);
+  f.backend.complete_all_events();
+  for (int i = 0; i < 30; ++i) checked_malloc(f, oracle, 2000);
+}
+
+TEST_CASE("without a fence the waiting blocks wait (capture) or go to the core (failure)") {
+  AllocFixture f;
+  ReuseOracle oracle{f.backend};
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 20; ++i) blocks.push_back(checked_malloc(f, oracle, 3000));
+  SECTION("fences refused (a capture in flight): the blocks keep waiting in the cache") {
+    f.backend.refuse_fences(true);
+    for (DevicePtr p : blocks) fenced_free(f, oracle, p, 3072);
+    CHECK(f.stats().num_fences == 0);
+    for (int i = 0; i < 5; ++i) {
+      bool from_cache = true;
+      checked_malloc(f, oracle, 3000, &from_cache);
+      CHECK_FALSE(from_cache);
+    }
+    f.backend.refuse_fences(false);
+  }
+  SECTION("the fence's record fails: the blocks join the core's deferred list") {
+    f.backend.fail_next_records(1000);
+    for (DevicePtr p : blocks) fenced_free(f, oracle, p, 3072);
+    CHECK(f.stats().deferred_free_bytes.current == 20 * 3072);
+    f.backend.fail_next_records(0);
+  }
+  for (int i = 0; i < 40; ++i) checked_malloc(f, oracle, 3000);
+  f.backend.complete_all_events();
+  for (int i = 0; i < 40; ++i) checked_malloc(f, oracle, 3000);
+}
+
+TEST_CASE("threads pair fenced frees through their caches while validate() runs") {
+  AllocFixture f;
+  f.backend.set_auto_complete(true);
+  constexpr int kThreads = 4;
+  std::atomic<int> errors{0};
+  std::atomic<bool> done{false};
+  auto worker = [&](int id) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(id) * 7919 + 3);
+    std::vector<DevicePtr> mine;
+    for (int i = 0; i < 5000; ++i) {
+      if (mine.empty() || rng() % 2 == 0) {
+        const std::size_t size = 1 + rng() % (rng() % 8 == 0 ? 128 * KiB : 8 * KiB);
+        DevicePtr p = 0;
+        if (!f.alloc->malloc_cached(&p, size, kS) && f.alloc->malloc(&p, size, kS) != kSuccess) {
+          ++errors;
+          continue;
+        }
+        mine.push_back(p);
+      } else {
+        const std::size_t k = rng() % mine.size();
+        const Status st = rng() % 3 == 0 ? f.alloc->free_cached(mine[k], kAnyStream) : f.alloc->free_cached_fenced(mine[k]);
+        if (st != kSuccess) ++errors;
+        mine[k] = mine.back();
+        mine.pop_back();
+      }
+      if (i % 1000 == 999 && id == 0) f.alloc->empty_cache();
+    }
+    for (DevicePtr p : mine)
+      if (f.alloc->free_cached_fenced(p) != kSuccess) ++errors;
+  };
+  std::thread checker([&] {
+    while (!done.load()) {
+      try {
+        f.alloc->validate();
+        (void)f.alloc->stats();
+      } catch (const InvariantError& e) {
+        FAIL_CHECK(e.what());
+        ++errors;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
+  for (auto& t : threads) t.join();
+  done = true;
+  checker.join();
+  f.alloc->validate();
+  CHECK(errors.load() == 0);
+  const DeviceStats s = f.stats();
+  CHECK(agg(s.allocation) == 0);
+  CHECK(agg(s.allocated_bytes) == 0);
+  CHECK(s.num_fences >= 1);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+  CHECK(f.stats().deferred_free_bytes.current == 0);
 }
