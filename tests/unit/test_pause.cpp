@@ -10,67 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "alloc_fixture.h"
+#include "pause_fixture.h"
 
 using namespace cachalloc;
 using namespace cachalloc::testing;
-
-namespace {
-
-constexpr TagId kWeights = 1;
-constexpr TagId kKv = 2;
-
-struct PauseFixture : AllocFixture {
-  explicit PauseFixture(Config cfg = {}, std::size_t device = 1 * GiB) : AllocFixture(cfg, device) {}
-
-  DevicePtr tmalloc(std::size_t size, TagId tag, StreamId stream = 0) {
-    DevicePtr p = 0;
-    const Status st = alloc->malloc_tagged(&p, size, stream, tag);
-    alloc->validate();
-    REQUIRE(st == kSuccess);
-    return p;
-  }
-  Status pause(TagId tag, bool* no_op = nullptr) {
-    const Status st = alloc->pause(tag, no_op);
-    alloc->validate();
-    return st;
-  }
-  Status resume(TagId tag, bool* no_op = nullptr) {
-    const Status st = alloc->resume(tag, no_op);
-    alloc->validate();
-    return st;
-  }
-  // Fills [p, p+n) with a pattern that depends on `seed`; check() compares.
-  // Byte i of a block holds (i * 31 + seed) & 0xFF: a pattern of period 256,
-  // written and compared a period at a time (memcpy / memcmp), because a
-  // loop over tens of MiB byte by byte took minutes under ThreadSanitizer.
-  static std::array<unsigned char, 256> period(unsigned seed) {
-    std::array<unsigned char, 256> t{};
-    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<unsigned char>((i * 31 + seed) & 0xFF);
-    return t;
-  }
-  void fill(DevicePtr p, std::size_t n, unsigned seed) {
-    const auto t = period(seed);
-    std::vector<unsigned char> v(n);
-    for (std::size_t i = 0; i < n; i += t.size()) std::memcpy(v.data() + i, t.data(), std::min(t.size(), n - i));
-    backend.write(p, v.data(), n);
-  }
-  bool holds(DevicePtr p, std::size_t n, unsigned seed) {
-    const auto t = period(seed);
-    std::vector<unsigned char> v(n);
-    backend.read(p, v.data(), n);
-    for (std::size_t i = 0; i < n; i += t.size())
-      if (std::memcmp(v.data() + i, t.data(), std::min(t.size(), n - i)) != 0) return false;
-    return true;
-  }
-  TagStats tag(TagId t) const {
-    for (const TagStats& s : alloc->tag_stats())
-      if (s.tag == t) return s;
-    return {};
-  }
-};
-
-}  // namespace
 
 TEST_CASE("tags: blocks of two tags and untagged blocks never share a segment") {
   PauseFixture f;
@@ -290,9 +233,13 @@ namespace {
 // `op` with the fault at call n.  Checks the state after the failure, that
 // finishing the cycle without faults restores everything, and that nothing
 // leaked.  Returns whether the fault fired (false: n is past the last call).
-bool run_with_fault(int n, bool fault_in_resume) {
-  PauseFixture f;
-  f.alloc->set_tag_backup(kWeights, true);
+bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = BackupMode::host) {
+  TempDir dir;
+  Config c;
+  c.pause_backup_dir = dir.path;
+  c.pause_backup_chunk = 8 * MiB;  // a disk backup of w1 and w2: 5 chunks, one shared by both
+  PauseFixture f(c);
+  f.alloc->set_tag_backup(kWeights, mode);
   const DevicePtr u = f.malloc(3 * MiB);
   const DevicePtr w1 = f.tmalloc(30 * MiB, kWeights);
   const DevicePtr w2 = f.tmalloc(3000, kWeights);
@@ -334,8 +281,10 @@ bool run_with_fault(int n, bool fault_in_resume) {
   CHECK(f.backend.used() == 0);
   CHECK(f.backend.live_handles() == 0);
   CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.open_files() == 0);  // a disk backup's file went at the resume
   f.alloc.reset();
   CHECK(f.backend.live_host() == 0);
+  CHECK(dir.entries() == 0);
   return fired;
 }
 
@@ -351,6 +300,18 @@ TEST_CASE("resume: a failure at any driver call loses nothing and leaks nothing"
   int n = 0;
   while (run_with_fault(n, true)) ++n;
   CHECK(n > 10);
+}
+
+TEST_CASE("pause (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, false, BackupMode::disk)) ++n;
+  CHECK(n > 15);  // with the file's create and writes and the staging copies
+}
+
+TEST_CASE("resume (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, true, BackupMode::disk)) ++n;
+  CHECK(n > 15);
 }
 
 TEST_CASE("pause: threads allocating in every tag while another pauses and resumes") {
