@@ -5,7 +5,10 @@
 // fails the pause with the tag running and intact, a failed read fails the
 // resume with the backup kept; nothing stays on disk.  The file calls are
 // real (POSIX, in a fresh directory); the fake fails them on cue.
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <chrono>
@@ -281,6 +284,27 @@ TEST_CASE("disk backup: the file primitives (POSIX) write and read at offsets an
   CHECK(why.find("short read") != std::string::npos);
   be.file_close(fd);
   CHECK(dir.open_here() == 0);
+
+  // A write that stops part-way (the file size limit here, a full disk in
+  // life): the part written is not taken for the whole.
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{}, lim{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  lim = old;
+  lim.rlim_cur = 1 * MiB;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  REQUIRE(be.file_create(dir.path.c_str(), 0, &fd, &why) == kSuccess);
+  std::string why_partial;
+  const Status partial = be.file_write(fd, b.data(), b.size(), 0, &why_partial);  // 2 MiB: 1 MiB goes, then EFBIG
+  const Status reserve = be.file_create(dir.path.c_str(), 2 * MiB, &fd, &why);
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+  ::signal(SIGXFSZ, SIG_DFL);
+  CHECK(partial == kOperatingSystem);
+  CHECK(why_partial.find("backup file write at offset 1048576: File too large") != std::string::npos);
+  CHECK(reserve == kOperatingSystem);  // the space is reserved up front: fails before any copy
+  CHECK(why.find("File too large") != std::string::npos);
+  CHECK(dir.open_here() == 1);  // (the first file: the failed create left nothing)
+  be.file_close(fd);
 }
 
 TEST_CASE("disk backup: threads allocate in other tags while a disk-backed tag pauses and resumes") {
