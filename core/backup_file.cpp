@@ -9,7 +9,13 @@
 // systems without fallocate simply skip that.  Writes and reads go to known
 // offsets (pwrite/pread: no shared file position), looping over partial
 // transfers and EINTR; a transfer that makes no progress is an error.
+// A file size limit (RLIMIT_FSIZE) is an error like a full disk: the kernel
+// also sends SIGXFSZ, whose default action kills the process, so the
+// calling thread blocks it around each call and takes the one its call
+// raised (nothing exits inside someone else's process).
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +31,27 @@ namespace {
 Status fail(std::string* why, std::string what, int err) {
   if (why != nullptr) *why = what + ": " + std::strerror(err);
   return kOperatingSystem;
+}
+
+// Runs call() (a system call: -1 and errno on failure) with SIGXFSZ
+// blocked in this thread; a SIGXFSZ it raised (EFBIG) is taken, not left
+// pending.  One already pending before is left alone.
+template <typename Call>
+auto without_sigxfsz(Call&& call) {
+  sigset_t xfsz, old, pending;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+  const bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+  const auto r = call();
+  const int err = errno;
+  if (r < 0 && err == EFBIG && !was_pending) {
+    const timespec now{};
+    sigtimedwait(&xfsz, nullptr, &now);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return r;
 }
 
 int create_unnamed(const char* dir) {
@@ -43,7 +70,8 @@ int create_unnamed(const char* dir) {
 Status DeviceBackend::file_create(const char* dir, std::uint64_t size, int* fd, std::string* why) {
   const int f = create_unnamed(dir);
   if (f < 0) return fail(why, std::string("cannot create a backup file in ") + dir, errno);
-  if (size != 0 && ::fallocate(f, 0, 0, static_cast<off_t>(size)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+  if (size != 0 && without_sigxfsz([&] { return ::fallocate(f, 0, 0, static_cast<off_t>(size)); }) != 0 &&
+      errno != EOPNOTSUPP && errno != ENOSYS) {
     const int err = errno;
     ::close(f);
     return fail(why, "cannot reserve " + std::to_string(size) + " bytes for a backup file in " + dir, err);
@@ -55,7 +83,7 @@ Status DeviceBackend::file_create(const char* dir, std::uint64_t size, int* fd, 
 Status DeviceBackend::file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why) {
   const auto* p = static_cast<const unsigned char*>(src);
   while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
+    const ssize_t n = without_sigxfsz([&] { return ::pwrite(fd, p, size, static_cast<off_t>(offset)); });
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return fail(why, "backup file write at offset " + std::to_string(offset), n < 0 ? errno : EIO);
     p += n;

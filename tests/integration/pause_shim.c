@@ -311,10 +311,11 @@ static int disk_cycle(void) {
   return disk_free(&t);
 }
 
-/* A real write failure: the file size limit (RLIMIT_FSIZE, SIGXFSZ
- * ignored) stops the file at 16 MiB, as a full disk would.  The pause fails
- * with CUDA_ERROR_OPERATING_SYSTEM, the tag runs on with its contents, the
- * file is gone; with the limit lifted, a retry works. */
+/* A real write failure: the file size limit (RLIMIT_FSIZE) stops the file
+ * at 16 MiB, as a full disk would; SIGXFSZ keeps its default action (kill
+ * the process): cachalloc must not let it through.  The pause fails with
+ * CUDA_ERROR_OPERATING_SYSTEM, the tag runs on with its contents, the file
+ * is gone; with the limit lifted, a retry works. */
 static int disk_write_fail(void) {
   struct disk_tag t;
   CHECK(disk_setup(&t) == 0);
@@ -325,7 +326,7 @@ static int disk_write_fail(void) {
   fake_cuda_fail_reset();
   CHECK(tag_paused("weights") == 0 && backup_fd() == -1);
   CHECK(disk_holds(&t, 3));
-  signal(SIGXFSZ, SIG_IGN);
+  signal(SIGXFSZ, SIG_DFL);
   struct rlimit old, lim;
   CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
   lim = old;
