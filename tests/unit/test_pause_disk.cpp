@@ -350,3 +350,18 @@ TEST_CASE("disk backup: threads allocate in other tags while a disk-backed tag p
   CHECK(f.holds(w, 9 * MiB, 77));
   CHECK(f.backend.open_files() == 0);
 }
+
+TEST_CASE("disk backup: an allocator destroyed while its tag is paused closes the file") {
+  TempDir dir;
+  PauseFixture f(disk_config(dir));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  const DevicePtr w = f.tmalloc(12 * MiB, kWeights);
+  f.fill(w, 12 * MiB, 4);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(dir.open_here() == 1);
+  f.alloc.reset();  // (a context destroyed while paused; at process exit the kernel closes it)
+  CHECK(f.backend.open_files() == 0);
+  CHECK(dir.open_here() == 0);
+  CHECK(dir.entries() == 0);
+  CHECK(f.backend.live_host() == 0);
+}
