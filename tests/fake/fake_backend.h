@@ -332,17 +332,26 @@ class FakeBackend final : public DeviceBackend {
   Status copy_to_host_async(void* dst, DevicePtr src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
+    ops += 'H';
     read(src, dst, n);
     return kSuccess;
   }
   Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
+    ops += 'D';
     write(dst, src, n);
     return kSuccess;
   }
-  Status copy_synchronize() override { return fault() ? 999 : kSuccess; }
+  Status copy_synchronize() override {
+    if (fault()) return 999;
+    ops += 'S';
+    return kSuccess;
+  }
   int copies = 0;
+  // The backup traffic in order: H copy to host, D copy to device, S copy
+  // synchronize, W file write, R file read (a test clears it).
+  std::string ops;
   int live_host() const { return live_host_; }
   std::size_t live_host_bytes() const { return live_host_bytes_; }
   std::size_t peak_host_bytes() const { return peak_host_bytes_; }
@@ -366,6 +375,7 @@ class FakeBackend final : public DeviceBackend {
     if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: write to a file not open");
     if (fault() || (fail_write_at_ >= 0 && fail_write_at_-- == 0)) return injected(why, "write: No space left on device (injected)");
     ++file_writes;
+    ops += 'W';
     file_bytes_written += size;
     return DeviceBackend::file_write(fd, src, size, offset, why);
   }
@@ -373,6 +383,7 @@ class FakeBackend final : public DeviceBackend {
     if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: read from a file not open");
     if (fault() || (fail_read_at_ >= 0 && fail_read_at_-- == 0)) return injected(why, "read: Input/output error (injected)");
     ++file_reads;
+    ops += 'R';
     return DeviceBackend::file_read(fd, dst, size, offset, why);
   }
   void file_close(int fd) override {

@@ -365,3 +365,22 @@ TEST_CASE("disk backup: an allocator destroyed while its tag is paused closes th
   CHECK(dir.entries() == 0);
   CHECK(f.backend.live_host() == 0);
 }
+
+TEST_CASE("disk backup: double-buffered — chunk k crosses the bus while chunk k-1 crosses the file") {
+  TempDir dir;
+  PauseFixture f(disk_config(dir));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  const DevicePtr w = f.tmalloc(3 * kChunk, kWeights);  // three chunks
+  f.fill(w, 3 * kChunk, 6);
+  f.backend.ops.clear();
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  // Pause: copy 0, wait; copy 1, write 0 (copy 1 in flight), wait; copy 2,
+  // write 1, wait; write 2 (and a last wait with nothing in flight).
+  CHECK(f.backend.ops == "HSHWSHWSWS");
+  f.backend.ops.clear();
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  // Resume: read 0, wait (nothing), copy 0; read 1 (copy 0 in flight),
+  // wait, copy 1; read 2, wait, copy 2; wait.
+  CHECK(f.backend.ops == "RSDRSDRSDS");
+  CHECK(f.holds(w, 3 * kChunk, 6));
+}
