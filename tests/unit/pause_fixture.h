@@ -114,4 +114,67 @@ struct PauseFixture : AllocFixture {
   }
 };
 
+// One scenario of the fault-injection tests: two tags (one backed up, at
+// `mode`), live and cached blocks, then pause or resume with the fault at
+// backend call n.  Checks the state after the failure, that finishing the
+// cycle without faults restores everything, and that nothing leaked.
+// Returns whether the fault fired (false: n is past the last call).
+// w1_size: the big backed-up block (smaller for disk backups: each run
+// writes and reads it through the file).
+inline bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = BackupMode::host,
+                           std::size_t w1_size = 30 * MiB) {
+  TempDir dir;
+  Config c;
+  c.pause_backup_dir = dir.path;
+  c.pause_backup_chunk = 4 * MiB;  // a disk backup of w1 and w2 spans chunks, one shared by both
+  PauseFixture f(c);
+  f.alloc->set_tag_backup(kWeights, mode);
+  const DevicePtr u = f.malloc(3 * MiB);
+  const DevicePtr w1 = f.tmalloc(w1_size, kWeights);
+  const DevicePtr w2 = f.tmalloc(3000, kWeights);
+  const DevicePtr w3 = f.tmalloc(25 * MiB, kWeights);
+  f.free(w3);
+  const DevicePtr k = f.tmalloc(40 * MiB, kKv);
+  f.fill(u, 3 * MiB, 1);
+  f.fill(w1, w1_size, 2);
+  f.fill(w2, 3000, 3);
+  if (fault_in_resume) {
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    REQUIRE(f.pause(kKv) == kSuccess);
+  }
+  f.backend.fail_call_at(n);
+  Status st = kSuccess;
+  for (TagId t : {kWeights, kKv}) {
+    st = fault_in_resume ? f.resume(t) : f.pause(t);  // validate() runs inside
+    if (st != kSuccess) break;
+  }
+  const bool fired = f.backend.fault_fired();
+  // (Resume retries an out-of-memory answer once, after releasing the cache:
+  // a fault at vm_create may be recovered from.)
+  if (fault_in_resume) CHECK((st == kSuccess || fired));
+  else CHECK(fired == (st != kSuccess));
+  f.backend.fail_call_at(-1);
+  if (fault_in_resume && st != kSuccess) {
+    // A failed resume leaves the tag paused.
+    CHECK((f.alloc->tag_paused(kWeights) || f.alloc->tag_paused(kKv)));
+  }
+  // Finish the cycle without faults: pause (if needed) then resume both.
+  for (TagId t : {kWeights, kKv}) REQUIRE(f.pause(t) == kSuccess);
+  CHECK(f.backend.used() == 20 * MiB);  // the untagged segment only
+  for (TagId t : {kWeights, kKv}) REQUIRE(f.resume(t) == kSuccess);
+  CHECK(f.holds(u, 3 * MiB, 1));
+  CHECK(f.holds(w1, w1_size, 2));  // the backup survived the failure
+  CHECK(f.holds(w2, 3000, 3));
+  for (DevicePtr p : {u, w1, w2, k}) f.free(p);
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+  CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.open_files() == 0);  // a disk backup's file went at the resume
+  f.alloc.reset();
+  CHECK(f.backend.live_host() == 0);
+  CHECK(dir.entries() == 0);
+  return fired;
+}
+
 }  // namespace cachalloc::testing

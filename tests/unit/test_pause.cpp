@@ -227,69 +227,6 @@ TEST_CASE("resume: out of memory first gives cached memory back, then retries") 
   f.free(w);
 }
 
-namespace {
-
-// One scenario: two tags (one backed up), live and cached blocks, then
-// `op` with the fault at call n.  Checks the state after the failure, that
-// finishing the cycle without faults restores everything, and that nothing
-// leaked.  Returns whether the fault fired (false: n is past the last call).
-bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = BackupMode::host) {
-  TempDir dir;
-  Config c;
-  c.pause_backup_dir = dir.path;
-  c.pause_backup_chunk = 8 * MiB;  // a disk backup of w1 and w2: 5 chunks, one shared by both
-  PauseFixture f(c);
-  f.alloc->set_tag_backup(kWeights, mode);
-  const DevicePtr u = f.malloc(3 * MiB);
-  const DevicePtr w1 = f.tmalloc(30 * MiB, kWeights);
-  const DevicePtr w2 = f.tmalloc(3000, kWeights);
-  const DevicePtr w3 = f.tmalloc(25 * MiB, kWeights);
-  f.free(w3);
-  const DevicePtr k = f.tmalloc(40 * MiB, kKv);
-  f.fill(u, 3 * MiB, 1);
-  f.fill(w1, 30 * MiB, 2);
-  f.fill(w2, 3000, 3);
-  if (fault_in_resume) {
-    REQUIRE(f.pause(kWeights) == kSuccess);
-    REQUIRE(f.pause(kKv) == kSuccess);
-  }
-  f.backend.fail_call_at(n);
-  Status st = kSuccess;
-  for (TagId t : {kWeights, kKv}) {
-    st = fault_in_resume ? f.resume(t) : f.pause(t);  // validate() runs inside
-    if (st != kSuccess) break;
-  }
-  const bool fired = f.backend.fault_fired();
-  // (Resume retries an out-of-memory answer once, after releasing the cache:
-  // a fault at vm_create may be recovered from.)
-  if (fault_in_resume) CHECK((st == kSuccess || fired));
-  else CHECK(fired == (st != kSuccess));
-  f.backend.fail_call_at(-1);
-  if (fault_in_resume && st != kSuccess) {
-    // A failed resume leaves the tag paused.
-    CHECK((f.alloc->tag_paused(kWeights) || f.alloc->tag_paused(kKv)));
-  }
-  // Finish the cycle without faults: pause (if needed) then resume both.
-  for (TagId t : {kWeights, kKv}) REQUIRE(f.pause(t) == kSuccess);
-  CHECK(f.backend.used() == 20 * MiB);  // the untagged segment only
-  for (TagId t : {kWeights, kKv}) REQUIRE(f.resume(t) == kSuccess);
-  CHECK(f.holds(u, 3 * MiB, 1));
-  CHECK(f.holds(w1, 30 * MiB, 2));  // the backup survived the failure
-  CHECK(f.holds(w2, 3000, 3));
-  for (DevicePtr p : {u, w1, w2, k}) f.free(p);
-  f.empty_cache();
-  CHECK(f.backend.used() == 0);
-  CHECK(f.backend.live_handles() == 0);
-  CHECK(f.backend.live_mappings() == 0);
-  CHECK(f.backend.open_files() == 0);  // a disk backup's file went at the resume
-  f.alloc.reset();
-  CHECK(f.backend.live_host() == 0);
-  CHECK(dir.entries() == 0);
-  return fired;
-}
-
-}  // namespace
-
 TEST_CASE("pause: a failure at any driver call loses nothing and leaks nothing") {
   int n = 0;
   while (run_with_fault(n, false)) ++n;
@@ -300,18 +237,6 @@ TEST_CASE("resume: a failure at any driver call loses nothing and leaks nothing"
   int n = 0;
   while (run_with_fault(n, true)) ++n;
   CHECK(n > 10);
-}
-
-TEST_CASE("pause (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
-  int n = 0;
-  while (run_with_fault(n, false, BackupMode::disk)) ++n;
-  CHECK(n > 15);  // with the file's create and writes and the staging copies
-}
-
-TEST_CASE("resume (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
-  int n = 0;
-  while (run_with_fault(n, true, BackupMode::disk)) ++n;
-  CHECK(n > 15);
 }
 
 TEST_CASE("pause: threads allocating in every tag while another pauses and resumes") {

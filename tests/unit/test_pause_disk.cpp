@@ -122,6 +122,18 @@ TEST_CASE("disk backup: a small tag pins staging of its own size, not the whole 
   CHECK(f.holds(w, 3 * MiB, 5));
 }
 
+TEST_CASE("pause (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, false, BackupMode::disk, 10 * MiB)) ++n;
+  CHECK(n > 12);  // with the staging's allocation, the file's create and writes, the copies
+}
+
+TEST_CASE("resume (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
+  int n = 0;
+  while (run_with_fault(n, true, BackupMode::disk, 10 * MiB)) ++n;
+  CHECK(n > 12);
+}
+
 TEST_CASE("disk backup: a failed file write fails the pause; the tag runs on with its contents; a retry works") {
   TempDir dir;
   PauseFixture f(disk_config(dir));
