@@ -7,6 +7,9 @@
 // Every method returns a driver-numbered Status; none may throw.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "types.h"
 
 namespace cachalloc {
@@ -82,6 +85,19 @@ class DeviceBackend {
   virtual Status copy_to_host_async(void* dst, DevicePtr src, std::size_t size);
   virtual Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t size);
   virtual Status copy_synchronize();
+
+  // Disk backups of paused tags (backup_file.cpp; plain POSIX calls, so the
+  // defaults serve every backend; the fake overrides them to fail on cue).
+  // file_create makes a file with no name in directory `dir` (O_TMPFILE, or
+  // a name unlinked at once: nothing stays on disk whatever happens to the
+  // process) with room for `size` bytes; file_write/file_read move all
+  // `size` bytes at `offset` or fail.  Failures answer kOperatingSystem and
+  // say why in *why (the path and the system's words: "No space left on
+  // device", "short read").  file_close gives the file and its space back.
+  virtual Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why);
+  virtual Status file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why);
+  virtual Status file_read(int fd, void* dst, std::size_t size, std::uint64_t offset, std::string* why);
+  virtual void file_close(int fd);
 };
 
 }  // namespace cachalloc

@@ -33,8 +33,8 @@ CachingAllocator::~CachingAllocator() {
   synchronize_events();
   release_all_cached();
   for (EventId e : spare_events_) backend_->event_destroy(e);
-  for (auto& [tag, ts] : tags_)
-    if (ts.host != nullptr) backend_->host_free(ts.host);
+  for (auto& [tag, ts] : tags_) free_backup_storage(ts);  // host buffers, backup files
+  if (staging_ != nullptr) backend_->host_free(staging_);
   release_orphans();
   for (auto& [base, seg] : segments_) {
     for (Block* b = seg->head; b != nullptr;) {

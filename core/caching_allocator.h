@@ -106,9 +106,16 @@ class CachingAllocator {
   // (pause again finishes, resume undoes).  kInvalidValue for kUntagged.
   Status pause(TagId tag, bool* no_op = nullptr);
   Status resume(TagId tag, bool* no_op = nullptr);
-  // Whether the tag's live blocks are copied to host memory at its pauses.
-  void set_tag_backup(TagId tag, bool backup);
+  // Where the tag's live blocks go at its pauses: nowhere, pinned host
+  // memory, or a file in config().pause_backup_dir (through two pinned
+  // staging buffers of config().pause_backup_chunk bytes).  The bool form:
+  // host or none.
+  void set_tag_backup(TagId tag, BackupMode mode);
+  void set_tag_backup(TagId tag, bool backup) { set_tag_backup(tag, backup ? BackupMode::host : BackupMode::none); }
   bool tag_paused(TagId tag) const;
+  // Why the tag's last pause or resume failed, in words, when a status code
+  // says too little (a backup file: path and errno text); "" otherwise.
+  std::string tag_failure(TagId tag) const;
   // One entry per tag this allocator has seen (kUntagged excluded).
   std::vector<TagStats> tag_stats() const;
 
@@ -319,7 +326,7 @@ class CachingAllocator {
   void collect_garbage();
   void report_oom(std::size_t requested, std::size_t rounded, StreamId stream);
 
-  // Pause and resume (pause_path.cpp).
+  // Pause and resume (pause_path.cpp; backups: pause_backup.cpp).
   TagState& tag_state(TagId tag);
   template <typename Fn>
   void for_tag_segments(TagId tag, Fn&& fn) {
@@ -333,6 +340,13 @@ class CachingAllocator {
   void forget_free_pages_of(TagId tag);
   Status take_backup(TagId tag, TagState& ts);
   Status restore_backup(TagState& ts);
+  Status write_host_backup(TagState& ts, std::size_t total);
+  Status read_host_backup(TagState& ts);
+  Status write_disk_backup(TagState& ts, std::size_t total);
+  Status read_disk_backup(TagState& ts);
+  Status ensure_staging(std::size_t total, TagState& ts);
+  void drop_backup(TagState& ts);
+  void free_backup_storage(TagState& ts);
   void release_orphans();
 
   // Expandable segments (expandable.cpp).
@@ -501,6 +515,11 @@ class CachingAllocator {
   // kUntagged): the miss path searches and grows that tag's segments only.
   TagId serving_tag_ = kUntagged;
   std::map<TagId, TagState> tags_;
+  // Pinned staging of disk backups (pause_path.cpp): two halves of
+  // staging_half_ bytes, one filled by the device while the other goes to
+  // the file; kept for the next pause (pinned allocations are slow).
+  void* staging_ = nullptr;
+  std::size_t staging_half_ = 0;
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;

@@ -223,7 +223,15 @@ bool set_tag(std::string_view v, Config& c) {
   c.tag = std::string(v);
   return true;
 }
-bool set_tag_cpu_backup(std::string_view v, Config& c) { return set_bool(v, c.tag_cpu_backup); }
+bool set_tag_cpu_backup(std::string_view v, Config& c) {
+  const std::string s = lower(v);
+  if (s == "disk") return (c.tag_cpu_backup = BackupMode::disk), true;
+  bool on = false;
+  if (!set_bool(v, on)) return false;
+  c.tag_cpu_backup = on ? BackupMode::host : BackupMode::none;
+  return true;
+}
+bool set_pause_backup_dir(std::string_view v, Config& c) { return set_path(v, c.pause_backup_dir); }
 
 bool set_snapshot_signal(std::string_view v, Config& c) {
   std::string s = lower(v);
@@ -268,7 +276,8 @@ constexpr KeyHandler kHandlers[] = {
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
-    {"tag_cpu_backup", set_tag_cpu_backup, false, "true or false"},
+    {"tag_cpu_backup", set_tag_cpu_backup, false, "true, false or disk"},
+    {"pause_backup_dir", set_pause_backup_dir, true, "a directory path"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
     {"snapshot_signal", set_snapshot_signal, false, "USR1, USR2 or a signal number 1..64"},
@@ -457,7 +466,9 @@ std::string Config::to_string() const {
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));
   if (!tag.empty()) append(out, "tag", tag);
-  if (tag_cpu_backup) append(out, "tag_cpu_backup", "true");
+  if (tag_cpu_backup != BackupMode::none)
+    append(out, "tag_cpu_backup", tag_cpu_backup == BackupMode::disk ? "disk" : "true");
+  if (!pause_backup_dir.empty()) append(out, "pause_backup_dir", pause_backup_dir);
   // Unset paths and signal have no text that parses either; leaving them
   // out keeps the default, which is what they are.
   if (!stats.empty()) append(out, "stats", stats);

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "types.h"
+
 namespace cachalloc {
 
 enum class HandleType { automatic, posix_fd, fabric, none };
@@ -66,9 +68,16 @@ struct Config {
   std::size_t thread_cache_bytes = kDefaultThreadCacheBytes;
   // --- tags (pause/resume, docs/PAUSE.md) ---
   // The tag of every allocation of threads that set none (cachalloc_set_tag);
-  // "" = untagged.  tag_cpu_backup: that tag is backed up at its pauses.
+  // "" = untagged.  tag_cpu_backup: where that tag's pauses back it up
+  // (true = host memory, disk = a file in pause_backup_dir, false = none).
   std::string tag;
-  bool tag_cpu_backup = false;
+  BackupMode tag_cpu_backup = BackupMode::none;
+  // Directory of the files of disk backups ("" = $TMPDIR, else /tmp).
+  std::string pause_backup_dir;
+  // A disk backup goes through two pinned staging buffers of this many
+  // bytes (host memory it uses whatever the tag's size).  Not a
+  // CACHALLOC_CONF key: tests shrink it.
+  std::size_t pause_backup_chunk = std::size_t{64} << 20;
   // --- observability ---
   std::string stats;                 // "" = no dump, "stderr", or a path template
   std::string snapshot;              // path template, "" = none

@@ -11,9 +11,9 @@
 //      no kernel may still use the tag's memory, and blocks freed before
 //      come back to their pools (the device synchronization is the "wait
 //      for the work that may use the tag's memory": documented in PAUSE.md);
-//   2. backup (tags that ask for one): every live block is copied to one
-//      pinned host buffer, in chunks, asynchronously on the backend's copy
-//      stream, then waited for once;
+//   2. backup (tags that ask for one, pause_backup.cpp): every live block
+//      is copied to one pinned host buffer, or through pinned staging
+//      buffers to a file;
 //   3. every mapped page of the tag is unmapped and released and marked
 //      paused (Segment::paused), stopping at the first failure;
 //   4. once all are released, the whole pages of free blocks stop being
@@ -22,7 +22,8 @@
 // resume(tag): pages of blocks freed while paused are forgotten the same
 //   way; then a new page is mapped at every paused page (all or nothing; out
 //   of memory releases the cache and retries once, as a malloc does),
-//   and the backup restored (all or nothing: on failure the pages go again).
+//   and the backup restored (all or nothing: on failure the pages go again
+//   and the backup stays for a retry).
 //
 // While paused: malloc in the tag answers kTagPaused; free works on the
 // block records only, touching no page (torch_memory_saver #92); the tag's
@@ -36,10 +37,6 @@ namespace cachalloc {
 
 namespace {
 
-// Backup copies are issued in chunks, so that a copy engine interleaves
-// them with other traffic and no single call is huge.
-constexpr std::size_t kBackupChunk = 64 * MiB;
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -48,10 +45,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 TagState& CachingAllocator::tag_state(TagId tag) { return tags_[tag]; }
 
-void CachingAllocator::set_tag_backup(TagId tag, bool backup) {
+void CachingAllocator::set_tag_backup(TagId tag, BackupMode mode) {
   if (tag == kUntagged) return;
   std::lock_guard lock(mutex_);
-  tag_state(tag).backup = backup;
+  tag_state(tag).backup = mode;
+}
+
+std::string CachingAllocator::tag_failure(TagId tag) const {
+  std::lock_guard lock(mutex_);
+  auto it = tags_.find(tag);
+  return it == tags_.end() ? std::string() : it->second.failure;
 }
 
 bool CachingAllocator::tag_paused(TagId tag) const {
@@ -74,6 +77,7 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
     return kSuccess;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  ts.failure.clear();
   release_orphans();
   settle_held();
   Status st = backend_->synchronize_device();
@@ -81,7 +85,7 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
   ++stats_.num_sync_all_streams;
   synchronize_events();  // pending and deferred frees of the tag come back to its pools
   if (!ts.paused) {
-    if (ts.backup) {
+    if (ts.backup != BackupMode::none) {
       st = take_backup(tag, ts);
       if (st != kSuccess) return st;
     }
@@ -94,8 +98,7 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
     for_tag_segments(tag, [&](Segment* seg) { any_paused = any_paused || seg->paused_pages != 0; });
     if (!any_paused) {  // nothing released: the tag runs on, as before the call
       ts.paused = false;
-      ts.backup_valid = false;
-      ts.backup_bytes = 0;
+      drop_backup(ts);
     }
     return st;
   }
@@ -117,6 +120,7 @@ Status CachingAllocator::resume(TagId tag, bool* no_op) {
   }
   TagState& ts = it->second;
   const auto t0 = std::chrono::steady_clock::now();
+  ts.failure.clear();
   release_orphans();
   forget_free_pages_of(tag);  // blocks freed while paused
   Status st = map_paused_pages(tag);
@@ -138,8 +142,7 @@ Status CachingAllocator::resume(TagId tag, bool* no_op) {
     }
   }
   ts.paused = false;
-  ts.backup_valid = false;
-  ts.backup_bytes = 0;
+  drop_backup(ts);  // a backup file goes (its space with it); a host buffer stays for the next pause
   ++ts.resumes;
   ts.last_resume_seconds = seconds_since(t0);
   ts.resume_seconds += ts.last_resume_seconds;
@@ -255,63 +258,6 @@ void CachingAllocator::release_orphans() {
   std::erase_if(orphans_, [&](MemHandle h) { return backend_->vm_release(h) == kSuccess; });
 }
 
-// Copies every live block of the tag into the tag's pinned buffer.
-Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
-  ts.entries.clear();
-  std::size_t total = 0;
-  for_tag_segments(tag, [&](Segment* seg) {
-    for (const Block* b = seg->head; b != nullptr; b = b->next)
-      if (b->allocated) {
-        ts.entries.push_back({b->ptr, b->size, total});
-        total += b->size;
-      }
-  });
-  if (total > ts.host_capacity) {
-    if (ts.host != nullptr) backend_->host_free(ts.host);
-    ts.host = nullptr;
-    ts.host_capacity = 0;
-    void* host = nullptr;
-    const Status st = backend_->host_alloc(total, &host);
-    if (st != kSuccess) return st;
-    ts.host = host;
-    ts.host_capacity = total;
-  }
-  auto* base = static_cast<unsigned char*>(ts.host);
-  for (const BackupEntry& e : ts.entries)
-    for (std::size_t off = 0; off < e.size; off += kBackupChunk) {
-      const std::size_t n = std::min(kBackupChunk, e.size - off);
-      const Status st = backend_->copy_to_host_async(base + e.offset + off, e.ptr + off, n);
-      if (st != kSuccess) {
-        backend_->copy_synchronize();  // nothing may still write the buffer
-        return st;
-      }
-    }
-  if (const Status st = backend_->copy_synchronize(); st != kSuccess) return st;
-  ts.backup_valid = true;
-  ts.backup_bytes = total;
-  return kSuccess;
-}
-
-Status CachingAllocator::restore_backup(TagState& ts) {
-  const auto* base = static_cast<const unsigned char*>(ts.host);
-  for (const BackupEntry& e : ts.entries) {
-    // A block freed while paused has no pages any more (its whole pages were
-    // forgotten): nothing to restore.  No block of the tag can have been
-    // allocated since (its mallocs were refused).
-    const Block* b = find_live(e.ptr);
-    if (b == nullptr || b->size != e.size) continue;
-    for (std::size_t off = 0; off < e.size; off += kBackupChunk) {
-      const std::size_t n = std::min(kBackupChunk, e.size - off);
-      const Status st = backend_->copy_to_device_async(e.ptr + off, base + e.offset + off, n);
-      if (st != kSuccess) {
-        backend_->copy_synchronize();
-        return st;
-      }
-    }
-  }
-  return backend_->copy_synchronize();
-}
-
 std::vector<TagStats> CachingAllocator::tag_stats() const {
   std::lock_guard lock(mutex_);
   std::vector<TagStats> out;
@@ -319,9 +265,13 @@ std::vector<TagStats> CachingAllocator::tag_stats() const {
     TagStats s;
     s.tag = tag;
     s.paused = ts.paused;
-    s.backup = ts.backup;
+    s.backup = ts.backup != BackupMode::none;
+    s.backup_mode = ts.backup;
+    s.backup_location = ts.backup_valid ? ts.location : BackupMode::none;
     s.backup_bytes = ts.backup_valid ? ts.backup_bytes : 0;
     s.backup_capacity = ts.host_capacity;
+    s.disk_bytes = s.backup_location == BackupMode::disk ? s.backup_bytes : 0;
+    if (ts.backup == BackupMode::disk || s.backup_location == BackupMode::disk) s.staging_bytes = 2 * staging_half_;
     s.pauses = ts.pauses;
     s.resumes = ts.resumes;
     s.pause_seconds = ts.pause_seconds;

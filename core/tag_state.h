@@ -1,11 +1,13 @@
 // tag_state.h — what the allocator keeps per tag (pause_path.cpp).
 //
 // A tag's memory lives in segments of its own (block.h); this is the rest:
-// whether it is paused, its host backup, and its pause/resume counters.
+// whether it is paused, its backup (host memory or a file), and its
+// pause/resume counters.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "types.h"
@@ -16,36 +18,49 @@ namespace cachalloc {
 struct TagStats {
   TagId tag = kUntagged;
   bool paused = false;
-  bool backup = false;                 // backs up its live blocks at pause
+  bool backup = false;                 // backs up its live blocks at pause (mode != none)
+  BackupMode backup_mode = BackupMode::none;      // where its next pause puts the backup
+  BackupMode backup_location = BackupMode::none;  // where the backup held now lives (none: no backup held)
   std::size_t segments = 0;
   std::size_t reserved_bytes = 0;      // pages mapped now, or released by the pause (resume maps them)
   std::size_t allocated_bytes = 0;     // live blocks
   std::size_t paused_bytes = 0;        // pages released now
-  std::size_t backup_bytes = 0;        // bytes of live blocks held in host memory now
-  std::size_t backup_capacity = 0;     // pinned host bytes kept for backups
+  std::size_t backup_bytes = 0;        // bytes of live blocks backed up now (host memory or file)
+  std::size_t backup_capacity = 0;     // pinned host bytes kept for its host backups
+  std::size_t disk_bytes = 0;          // of backup_bytes, those in the backup file
+  std::size_t staging_bytes = 0;       // pinned staging buffers of disk backups (per device, shared by its tags)
   std::uint64_t pauses = 0, resumes = 0;
   double pause_seconds = 0, resume_seconds = 0;            // totals
   double last_pause_seconds = 0, last_resume_seconds = 0;
 };
 
-// One block's copy in the tag's host buffer.
+// One block's copy in the tag's backup: at `offset` of the host buffer or
+// of the file.  Entries lie end to end in offset order.
 struct BackupEntry {
   DevicePtr ptr;
   std::size_t size;
-  std::size_t offset;  // into TagState::host
+  std::size_t offset;
 };
 
 struct TagState {
   bool paused = false;
-  bool backup = false;
+  BackupMode backup = BackupMode::none;  // asked for: where the next pause puts it
   // The pinned buffer is kept between pauses (a pinned allocation costs
-  // ~0.8 ms per MiB on an H100: anchors note); backup_valid while it holds
-  // the live blocks of the current pause.
+  // ~0.8 ms per MiB on an H100: anchors note); backup_valid while it (or
+  // the file) holds the live blocks of the current pause, at `location`.
   void* host = nullptr;
   std::size_t host_capacity = 0;
+  // The backup file of a disk backup: open from the pause until the resume
+  // that restored it (its space then goes back), -1 when none.  It has no
+  // name (backup_file.cpp): nothing outlives the process.
+  int file = -1;
   bool backup_valid = false;
+  BackupMode location = BackupMode::none;
   std::vector<BackupEntry> entries;
   std::size_t backup_bytes = 0;
+  // Why the last pause or resume failed, when the system said more than a
+  // status code does (a backup file's errno text); "" otherwise.
+  std::string failure;
   std::uint64_t pauses = 0, resumes = 0;
   double pause_seconds = 0, resume_seconds = 0;
   double last_pause_seconds = 0, last_resume_seconds = 0;

@@ -16,6 +16,7 @@ inline constexpr Status kSuccess = 0;        // CUDA_SUCCESS
 inline constexpr Status kInvalidValue = 1;   // CUDA_ERROR_INVALID_VALUE
 inline constexpr Status kOutOfMemory = 2;    // CUDA_ERROR_OUT_OF_MEMORY
 inline constexpr Status kDeinitialized = 4;  // CUDA_ERROR_DEINITIALIZED
+inline constexpr Status kOperatingSystem = 304;  // CUDA_ERROR_OPERATING_SYSTEM: a pause's backup file failed
 inline constexpr Status kNotReady = 600;     // CUDA_ERROR_NOT_READY
 inline constexpr Status kNotSupported = 801; // CUDA_ERROR_NOT_SUPPORTED
 // Not a driver code: the pointer lies outside every segment the allocator
@@ -34,6 +35,10 @@ using FenceId = std::uintptr_t;    // a backend's fence (backend.h)
 // (pause_path.cpp); 0 is "untagged", which is never paused.
 using TagId = std::uint32_t;
 inline constexpr TagId kUntagged = 0;
+// Where a tag's live blocks go while it is paused (docs/PAUSE.md): nowhere
+// (contents lost), pinned host memory, or a file.  The values are the C
+// API's (cachalloc_set_tag_backup).
+enum class BackupMode : std::uint8_t { none = 0, host = 1, disk = 2 };
 
 inline constexpr std::size_t KiB = 1024;
 inline constexpr std::size_t MiB = 1024 * KiB;

@@ -243,6 +243,14 @@ void CachingAllocator::validate() const {
           base);
   }
   check(held_ == nullptr || held_seen, "held block in no segment", 0);
+  // A backup exists only while its tag is paused; a backup file only for a
+  // disk backup with bytes in it (pause_backup.cpp).
+  for (const auto& [tag, ts] : tags_) {
+    check(!ts.backup_valid || ts.paused, "backup held by a running tag", tag);
+    check((ts.file >= 0) == (ts.backup_valid && ts.location == BackupMode::disk && ts.backup_bytes != 0),
+          "backup file disagrees with the tag's backup", tag);
+    check(ts.backup_valid || ts.location == BackupMode::none, "backup location without a backup", tag);
+  }
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);
   check(tc_seen == tc_owned, "thread-owned blocks disagree with the thread caches", 0);

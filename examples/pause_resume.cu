@@ -3,9 +3,10 @@
 // tags (docs/PAUSE.md).  The control API is found with dlsym, so the program
 // runs bare too (then it prints SKIP and exits 77).
 //
-//   LD_PRELOAD=libcachalloc.so ./pause_resume_static [weights_mib] [kv_mib] [rounds]
+//   LD_PRELOAD=libcachalloc.so ./pause_resume_static [weights_mib] [kv_mib] [rounds] [host|disk]
 //
-// "weights" (with a CPU backup) hold a pattern that a kernel checks after
+// "weights" (with a backup: pinned host memory, or with "disk" a file in
+// CACHALLOC_CONF's pause_backup_dir, default $TMPDIR or /tmp) hold a pattern that a kernel checks after
 // every resume; "kv_cache" (no backup) is rewritten after every resume; a
 // CUDA graph captured once reads both.  Between pause and resume the program
 // allocates most of the freed memory untagged (another engine) and checks
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   const size_t weights_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1024;
   const size_t kv_mib = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1024;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 5;
+  const bool disk = argc > 4 && std::strcmp(argv[4], "disk") == 0;  // CACHALLOC_BACKUP_DISK (2), else HOST (1)
   set_tag = reinterpret_cast<tag_fn>(dlsym(RTLD_DEFAULT, "cachalloc_set_tag"));
   pause_tag = reinterpret_cast<tag_fn>(dlsym(RTLD_DEFAULT, "cachalloc_pause"));
   resume_tag = reinterpret_cast<tag_fn>(dlsym(RTLD_DEFAULT, "cachalloc_resume"));
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
   CK(cudaFree(nullptr));
   CK(cudaMalloc(&bad, sizeof *bad));  // untagged
   CK(cudaMalloc(&sum, sizeof *sum));
-  if (set_backup("weights", 1) != 0 || set_tag("weights") != 0) return std::printf("FAIL pause_resume: set_tag\n"), 1;
+  if (set_backup("weights", disk ? 2 : 1) != 0 || set_tag("weights") != 0)
+    return std::printf("FAIL pause_resume: set_tag\n"), 1;
   CK(cudaMalloc(&w, nw * sizeof *w));
   set_tag("kv_cache");
   CK(cudaMalloc(&kv, nk * sizeof *kv));
@@ -135,9 +139,9 @@ int main(int argc, char** argv) {
   const bool attr_ok = attr.type == cudaMemoryTypeDevice && attr.devicePointer == w;
   const bool freed_ok = min_freed >= 0.98 * gib * (1 << 30);
   const bool ok = failures == 0 && attr_ok && freed_ok;
-  std::printf("%s pause_resume: %d rounds of %.2f GiB (weights backed up), %d bad rounds; cudaMemGetInfo freed >= "
+  std::printf("%s pause_resume: %d rounds of %.2f GiB (weights backed up %s), %d bad rounds; cudaMemGetInfo freed >= "
               "%.0f MiB per pause; pause %.1f ms/GiB, resume %.1f ms/GiB (means)%s\n",
-              ok ? "PASS" : "FAIL", rounds, gib, failures, min_freed / (1 << 20), 1e3 * pause_s / rounds / gib,
+              ok ? "PASS" : "FAIL", rounds, gib, disk ? "to disk" : "in host memory", failures, min_freed / (1 << 20), 1e3 * pause_s / rounds / gib,
               1e3 * resume_s / rounds / gib, attr_ok ? "" : "; pointer attributes changed");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -64,7 +64,7 @@ extern "C" {
 #define CACHALLOC_ERROR_NOT_INITIALIZED 3   /* cachalloc is not active (see above) */
 #define CACHALLOC_ERROR_DEINITIALIZED 4     /* the process is exiting */
 #define CACHALLOC_ERROR_INVALID_DEVICE 101  /* no cache exists for that device */
-#define CACHALLOC_ERROR_OPERATING_SYSTEM 304 /* a file could not be written */
+#define CACHALLOC_ERROR_OPERATING_SYSTEM 304 /* a file could not be written (or read: a pause's backup file) */
 #define CACHALLOC_ERROR_ILLEGAL_STATE 401   /* cachalloc_validate: an invariant is violated */
 #define CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED 900 /* not allowed while a graph capture is in flight */
 #define CACHALLOC_ERROR_UNKNOWN 999         /* an internal error (never expected) */
@@ -200,10 +200,26 @@ int cachalloc_set_tag(const char* tag);
 /* Copies the calling thread's tag ("" when untagged) into buf, NUL-terminated.
  *   CACHALLOC_ERROR_INVALID_VALUE  buf NULL or too small (truncated) */
 int cachalloc_get_tag(char* buf, size_t len);
-/* Whether pause(tag) copies the tag's live blocks to pinned host memory
- * first, so that resume(tag) restores them (otherwise their contents are
- * lost, as with torch_memory_saver without a backup).  Per tag; the last
- * call wins.  CACHALLOC_ERROR_INVALID_VALUE: a bad or NULL name. */
+/* Where pause(tag) copies the tag's live blocks first, so that resume(tag)
+ * restores them (CACHALLOC_BACKUP_NONE: their contents are lost, as with
+ * torch_memory_saver without a backup):
+ *   CACHALLOC_BACKUP_NONE (0)  no backup
+ *   CACHALLOC_BACKUP_HOST (1)  one pinned host buffer of the tag's size
+ *   CACHALLOC_BACKUP_DISK (2)  a file without a name in CACHALLOC_CONF's
+ *                              pause_backup_dir (default $TMPDIR, else /tmp),
+ *                              through two pinned staging buffers of at most
+ *                              64 MiB: for tags larger than the host memory
+ *                              to spare.  Its failures (no directory, disk
+ *                              full, I/O error) fail the pause with
+ *                              CACHALLOC_ERROR_OPERATING_SYSTEM and an error
+ *                              line saying why; the tag then runs on with its
+ *                              contents.  The file is gone at the resume (or
+ *                              when the process ends, however it ends).
+ * Per tag; the last call wins (a backup taken is restored from where it was
+ * taken).  CACHALLOC_ERROR_INVALID_VALUE: a bad or NULL name, another mode. */
+#define CACHALLOC_BACKUP_NONE 0
+#define CACHALLOC_BACKUP_HOST 1
+#define CACHALLOC_BACKUP_DISK 2
 int cachalloc_set_tag_backup(const char* tag, int enable);
 /* Pauses `tag` (NULL: every tag) in every device context: synchronizes the
  * device, takes the backup if asked, then unmaps and releases every physical
@@ -214,12 +230,15 @@ int cachalloc_set_tag_backup(const char* tag, int enable);
  * On error the tag is consistent (see docs/PAUSE.md) and nothing exits.
  *   CACHALLOC_ERROR_INVALID_VALUE              a bad name, or "" (untagged)
  *   CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED a capture is in flight
+ *   CACHALLOC_ERROR_OPERATING_SYSTEM           a disk backup's file failed
  *   a driver error of the first context that failed */
 int cachalloc_pause(const char* tag);
 /* Maps new physical pages at every paused address of `tag` (NULL: every
  * tag) and restores the backup.  A second resume is a no-op (warning).
  *   CACHALLOC_ERROR_OUT_OF_MEMORY  the device has not enough free memory:
  *                                  the tag stays paused, resumable later
+ *   CACHALLOC_ERROR_OPERATING_SYSTEM reading a disk backup failed: the tag
+ *                                  stays paused with its backup file
  *   (otherwise as cachalloc_pause) */
 int cachalloc_resume(const char* tag);
 /* 1 when `tag` is paused in some context, 0 when not, negative on a bad name. */

@@ -13,7 +13,7 @@
 #      fidelity_patterns included, multi_stream with its peak and time shim/bare; 4b. fidelity_patterns under expandable
 #      segments, and its peer pattern (SKIP with one GPU)
 #   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
-#   5b. pause/resume: examples/pause_resume.cu and tests/gpu/clients/pause_rl_loop.py (<= 90 s)
+#   5b. pause/resume: examples/pause_resume.cu (host and disk backups) and tests/gpu/clients/pause_rl_loop.py (<= 130 s)
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
 #   7. other configurations, observability dumps, core benchmark
 #   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
@@ -462,6 +462,16 @@ else
     rc=$?
     cat "$WORK/pause-example.log"
     row "pause/resume example" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL|SKIP)' "$WORK/pause-example.log" | head -1 | cut -c1-200)$(timeout_note $rc)"
+    # The same with the weights backed up to a file (disk backup, issue 20)
+    # in a directory of the check's own, which must be empty afterwards.
+    mkdir -p "$WORK/pause-backups"
+    timeout --kill-after=5 "$(budget_for 40)" env LD_PRELOAD="$SHIM" CACHALLOC_CONF="pause_backup_dir:$WORK/pause-backups" \
+      "$prog" 1024 1024 3 disk >"$WORK/pause-example-disk.log" 2>&1
+    rc=$?
+    cat "$WORK/pause-example-disk.log"
+    left=$(find "$WORK/pause-backups" -mindepth 1 | wc -l)
+    (( rc == 0 && left != 0 )) && rc=1
+    row "pause/resume example, disk backup" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL|SKIP)' "$WORK/pause-example-disk.log" | head -1 | cut -c1-200); files left: $left$(timeout_note $rc)"
   else
     row "pause/resume example" FAIL "not built"
   fi

@@ -72,8 +72,11 @@ int pause_or_resume(const char* name, bool pause) {
       }
       all_no_op = all_no_op && no_op;
       if (st != kSuccess) {
-        obs::logger().error("{}('{}') on device {}: driver error {}; the tag is left {} (docs/PAUSE.md)", what,
-                            tag_name(id), s->device(), st, a.tag_paused(id) ? "paused" : "running");
+        const std::string why = a.tag_failure(id);
+        obs::logger().error("{}('{}') on device {}: {} {}{}; the tag is left {}{} (docs/PAUSE.md)", what,
+                            tag_name(id), s->device(), st == kOperatingSystem ? "backup file error" : "driver error",
+                            st, why.empty() ? "" : ": " + why, a.tag_paused(id) ? "paused" : "running",
+                            pause ? (a.tag_paused(id) ? "" : " with its contents") : ", its backup kept for a retry");
         if (first_error == CACHALLOC_SUCCESS) first_error = st;
       }
     }
@@ -114,7 +117,8 @@ CACHALLOC_EXPORT int cachalloc_set_tag_backup(const char* tag, int enable) {
   return guarded([&] {
     const TagId id = tag_id(tag);
     if (id == kBadTag || id == kUntagged) return CACHALLOC_ERROR_INVALID_VALUE;
-    set_tag_backup(id, enable != 0);
+    if (enable < CACHALLOC_BACKUP_NONE || enable > CACHALLOC_BACKUP_DISK) return CACHALLOC_ERROR_INVALID_VALUE;
+    set_tag_backup(id, static_cast<BackupMode>(enable));
     return CACHALLOC_SUCCESS;
   });
 }

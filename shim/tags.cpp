@@ -17,7 +17,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::vector<std::string> names;  // id i+1 is names[i]
-  std::vector<bool> backup;
+  std::vector<BackupMode> backup;
 };
 
 Registry& registry() {
@@ -50,7 +50,7 @@ TagId tag_id(const char* name) {
   for (std::size_t i = 0; i < r.names.size(); ++i)
     if (r.names[i] == name) return static_cast<TagId>(i + 1);
   r.names.emplace_back(name);
-  r.backup.push_back(false);
+  r.backup.push_back(BackupMode::none);
   return static_cast<TagId>(r.names.size());
 }
 
@@ -70,16 +70,16 @@ std::vector<TagId> all_tags() {
 
 void set_thread_tag(TagId id) { detail::t_tag = id == kUntagged ? detail::kExplicitUntagged : id; }
 
-void set_tag_backup(TagId id, bool backup) {
+void set_tag_backup(TagId id, BackupMode backup) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (id >= 1 && id <= r.backup.size()) r.backup[id - 1] = backup;
 }
 
-bool tag_backup(TagId id) {
+BackupMode tag_backup(TagId id) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  return id >= 1 && id <= r.backup.size() && r.backup[id - 1];
+  return id >= 1 && id <= r.backup.size() ? r.backup[id - 1] : BackupMode::none;
 }
 
 void apply_config_tag(const Config& config) {

@@ -46,9 +46,9 @@ std::string tag_name(TagId id);
 std::vector<TagId> all_tags();
 // Sets the calling thread's tag (kUntagged: untagged).
 void set_thread_tag(TagId id);
-// Whether `id` is backed up at its pauses (set per tag, last call wins).
-void set_tag_backup(TagId id, bool backup);
-bool tag_backup(TagId id);
+// Where `id` is backed up at its pauses (set per tag, last call wins).
+void set_tag_backup(TagId id, BackupMode backup);
+BackupMode tag_backup(TagId id);
 // Reads CACHALLOC_CONF's tag once the configuration is known.
 void apply_config_tag(const Config& config);
 

@@ -50,6 +50,11 @@ void repeated_ooms_array(JsonWriter& w, const ProcessReport& r) {
   w.end_array();
 }
 
+// "none", "host" or "disk": where a tag's backups go, or where one lives.
+const char* backup_mode_name(BackupMode m) {
+  return m == BackupMode::disk ? "disk" : m == BackupMode::host ? "host" : "none";
+}
+
 // Per tag: bytes, pause/resume counts and times (docs/PAUSE.md).
 void tags_object(JsonWriter& w, const DeviceReport& d) {
   w.key("tags");
@@ -64,8 +69,12 @@ void tags_object(JsonWriter& w, const DeviceReport& d) {
     w.field("reserved_bytes", static_cast<std::uint64_t>(s.reserved_bytes));
     w.field("allocated_bytes", static_cast<std::uint64_t>(s.allocated_bytes));
     w.field("paused_bytes", static_cast<std::uint64_t>(s.paused_bytes));
+    w.field("backup_mode", backup_mode_name(s.backup_mode));
+    w.field("backup_location", backup_mode_name(s.backup_location));
     w.field("backup_bytes", static_cast<std::uint64_t>(s.backup_bytes));
     w.field("backup_capacity_bytes", static_cast<std::uint64_t>(s.backup_capacity));
+    w.field("backup_disk_bytes", static_cast<std::uint64_t>(s.disk_bytes));
+    w.field("backup_staging_bytes", static_cast<std::uint64_t>(s.staging_bytes));
     w.field("num_pauses", s.pauses);
     w.field("num_resumes", s.resumes);
     w.field("pause_seconds", s.pause_seconds);

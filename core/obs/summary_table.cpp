@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string_view>
 
 namespace cachalloc::obs {
@@ -122,14 +123,22 @@ std::string tag_table(const DeviceReport& d) {
   std::string out = boxed(fmt::format(" {:<74}", fmt::format("Tags of device {} (docs/PAUSE.md)", d.device)));
   out += rule('-');
   auto row = [&](std::string_view text) { out += boxed(fmt::format("{:<75.75}", text)); };
-  row(fmt::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}", "tag", "state", "reserved", "allocated",
-                  "paused", "backup", "pauses/resum."));
+  // "in": where the backup is (host memory or disk), else where the tag's
+  // pauses put it ("-": no backup).
+  row(fmt::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", "tag", "state", "reserved", "allocated",
+                  "paused", "backup", "in", "pau/res"));
   for (const TagReport& t : d.tags) {
     const TagStats& s = t.stats;
-    row(fmt::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}", t.name, s.paused ? "paused" : "running",
+    const BackupMode where = s.backup_location != BackupMode::none ? s.backup_location : s.backup_mode;
+    row(fmt::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", t.name, s.paused ? "paused" : "running",
                     short_size(s.reserved_bytes), short_size(s.allocated_bytes), short_size(s.paused_bytes),
-                    short_size(s.backup_bytes), fmt::format("{}/{}", s.pauses, s.resumes)));
+                    short_size(s.backup_bytes),
+                    where == BackupMode::disk ? "disk" : where == BackupMode::host ? "host" : "-",
+                    fmt::format("{}/{}", s.pauses, s.resumes)));
   }
+  std::size_t staging = 0;
+  for (const TagReport& t : d.tags) staging = std::max(staging, t.stats.staging_bytes);
+  if (staging != 0) row(fmt::format(" disk backups stage through {} of pinned host memory", short_size(staging)));
   out += rule('=');
   return out;
 }

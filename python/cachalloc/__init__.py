@@ -93,7 +93,7 @@ _MESSAGES = {
     ERROR_NOT_INITIALIZED: "cachalloc is not active (nothing served yet, disabled, or a fork child)",
     ERROR_DEINITIALIZED: "the process is exiting",
     ERROR_INVALID_DEVICE: "no cachalloc cache for that device",
-    ERROR_OPERATING_SYSTEM: "a file could not be written",
+    ERROR_OPERATING_SYSTEM: "a file could not be written or read (a pause's backup file: cachalloc's log says why)",
     ERROR_ILLEGAL_STATE: "an allocator invariant is violated",
     ERROR_STREAM_CAPTURE_UNSUPPORTED: "not allowed while a CUDA graph capture is in flight",
     ERROR_UNKNOWN: "internal error",

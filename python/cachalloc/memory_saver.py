@@ -3,7 +3,7 @@
     import cachalloc
     with cachalloc.region("kv_cache"):            # allocations of this thread are tagged
         kv = torch.empty(...)
-    with cachalloc.region("weights", cpu_backup=True):
+    with cachalloc.region("weights", cpu_backup=True):   # or cpu_backup="disk": a file
         model = Model().cuda()
     cachalloc.pause("kv_cache"); cachalloc.pause("weights")   # or pause() for every tag
     ...                                           # another engine uses the memory
@@ -81,9 +81,27 @@ def get_tag():
     return buf.value.decode()
 
 
+_BACKUP_MODES = {"none": 0, "host": 1, "cpu": 1, "disk": 2}
+
+
+def _backup_mode(mode):
+    """C's CACHALLOC_BACKUP_* for True/False/None or "none"/"host"/"disk"."""
+    if isinstance(mode, str):
+        try:
+            return _BACKUP_MODES[mode.lower()]
+        except KeyError:
+            raise CachallocError("set_tag_backup", ERROR_INVALID_VALUE,
+                                 "backup mode %r: expected True, False, 'host', 'disk' or 'none'" % (mode,)) from None
+    return 1 if mode else 0
+
+
 def set_tag_backup(tag, enable=True):
-    """Whether pause(tag) copies the tag's live memory to pinned host memory."""
-    _call("cachalloc_set_tag_backup", _name(tag), 1 if enable else 0)
+    """Where pause(tag) copies the tag's live memory: True or "host" (pinned
+    host memory), "disk" (a nameless file in CACHALLOC_CONF's
+    pause_backup_dir, default $TMPDIR or /tmp, through a small pinned
+    staging buffer: for tags larger than the host memory to spare), False
+    or "none" (no backup: contents are lost at pause)."""
+    _call("cachalloc_set_tag_backup", _name(tag), _backup_mode(enable))
 
 
 def pause(tag=None):
@@ -132,11 +150,14 @@ def _torch_pool(tag):
 
 @contextlib.contextmanager
 def region(tag, cpu_backup=False):
-    """Allocations of this thread inside the block belong to `tag`."""
+    """Allocations of this thread inside the block belong to `tag`.
+    cpu_backup: True (or "host") backs the tag up in pinned host memory at
+    its pauses, "disk" in a file (set_tag_backup); False leaves the tag's
+    backup as it was set before."""
     if not tag:
         raise CachallocError("region", ERROR_INVALID_VALUE, "a region needs a tag name")
     if cpu_backup:
-        set_tag_backup(tag, True)
+        set_tag_backup(tag, cpu_backup)
     previous = get_tag()
     set_tag(tag)
     try:
@@ -159,20 +180,17 @@ class TorchMemorySaver:
 
     @contextlib.contextmanager
     def region(self, tag="default", enable_cpu_backup=False, enable_disk_backup=False, **other):
-        # enable_disk_backup: not supported (docs/PAUSE.md); the backup goes to
-        # pinned host memory instead, which a caller who asked for disk to
-        # spare host memory must hear about.  TMS options cachalloc has no
-        # equivalent for (cpu_backup_backend, ...) are named too.
-        if enable_disk_backup:
-            warnings.warn("cachalloc.memory_saver: enable_disk_backup is not supported; tag %r is backed up "
-                          "in pinned host memory instead (docs/PAUSE.md)" % (tag,), RuntimeWarning, stacklevel=3)
+        # enable_disk_backup: the backup goes to a file (docs/PAUSE.md), and
+        # wins over enable_cpu_backup (a caller who asks for disk wants to
+        # spare host memory).  TMS options cachalloc has no equivalent for
+        # (cpu_backup_backend, ...) are named in a warning.
         if other:
             warnings.warn("cachalloc.memory_saver: ignored torch_memory_saver options: %s (docs/PAUSE.md)"
                           % ", ".join(sorted(other)), RuntimeWarning, stacklevel=3)
         if getattr(self._disabled, "on", False):
             yield
             return
-        with region(tag, cpu_backup=enable_cpu_backup or enable_disk_backup):
+        with region(tag, cpu_backup="disk" if enable_disk_backup else enable_cpu_backup):
             yield
 
     @contextlib.contextmanager

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -317,27 +318,83 @@ class FakeBackend final : public DeviceBackend {
     if (fault()) return kOutOfMemory;
     *out = new unsigned char[size];
     ++live_host_;
+    host_sizes_[*out] = size;
+    live_host_bytes_ += size;
+    peak_host_bytes_ = std::max(peak_host_bytes_, live_host_bytes_);
     return kSuccess;
   }
   void host_free(void* p) override {
     delete[] static_cast<unsigned char*>(p);
     --live_host_;
+    live_host_bytes_ -= host_sizes_.at(p);
+    host_sizes_.erase(p);
   }
   Status copy_to_host_async(void* dst, DevicePtr src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
+    ops += 'H';
     read(src, dst, n);
     return kSuccess;
   }
   Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
+    ops += 'D';
     write(dst, src, n);
     return kSuccess;
   }
-  Status copy_synchronize() override { return fault() ? 999 : kSuccess; }
+  Status copy_synchronize() override {
+    if (fault()) return 999;
+    ops += 'S';
+    return kSuccess;
+  }
   int copies = 0;
+  // The backup traffic in order: H copy to host, D copy to device, S copy
+  // synchronize, W file write, R file read (a test clears it).
+  std::string ops;
   int live_host() const { return live_host_; }
+  std::size_t live_host_bytes() const { return live_host_bytes_; }
+  std::size_t peak_host_bytes() const { return peak_host_bytes_; }
+  void reset_peak_host_bytes() { peak_host_bytes_ = live_host_bytes_; }
+
+  // ---- backup files (disk backups of paused tags) ----
+  // Real files through DeviceBackend's POSIX calls, counted, and failed on
+  // cue: each is in fail_call_at()'s count, and fail_file_write(n) /
+  // fail_file_read(n) fail the n-th (0-based) write / read from now once,
+  // as a full disk (ENOSPC) or an I/O error (EIO) would.
+  Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why) override {
+    if (fault()) return injected(why, "create: No space left on device (injected)");
+    const Status st = DeviceBackend::file_create(dir, size, fd, why);
+    if (st == kSuccess) {
+      ++files_created;
+      open_files_.insert(*fd);
+    }
+    return st;
+  }
+  Status file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why) override {
+    if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: write to a file not open");
+    if (fault() || (fail_write_at_ >= 0 && fail_write_at_-- == 0)) return injected(why, "write: No space left on device (injected)");
+    ++file_writes;
+    ops += 'W';
+    file_bytes_written += size;
+    return DeviceBackend::file_write(fd, src, size, offset, why);
+  }
+  Status file_read(int fd, void* dst, std::size_t size, std::uint64_t offset, std::string* why) override {
+    if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: read from a file not open");
+    if (fault() || (fail_read_at_ >= 0 && fail_read_at_-- == 0)) return injected(why, "read: Input/output error (injected)");
+    ++file_reads;
+    ops += 'R';
+    return DeviceBackend::file_read(fd, dst, size, offset, why);
+  }
+  void file_close(int fd) override {
+    if (open_files_.erase(fd) == 0) throw std::logic_error("FakeBackend: closing a file not open");
+    DeviceBackend::file_close(fd);
+  }
+  void fail_file_write(int n) { fail_write_at_ = n; }
+  void fail_file_read(int n) { fail_read_at_ = n; }
+  std::size_t open_files() const { return open_files_.size(); }
+  int files_created = 0, file_writes = 0, file_reads = 0;
+  std::size_t file_bytes_written = 0;
   std::size_t live_handles() const { return handles_.size(); }
 
   // Fault injection over the calls of pause and resume: synchronize_device,
@@ -401,6 +458,10 @@ class FakeBackend final : public DeviceBackend {
         fence_done_at_ = std::max(fence_done_at_, f.at);
   }
 
+  static Status injected(std::string* why, const char* what) {
+    if (why != nullptr) *why = std::string("backup file ") + what;
+    return kOperatingSystem;
+  }
   bool fault() {
     const bool hit = fault_at_ >= 0 && calls_seen_ == fault_at_;
     ++calls_seen_;
@@ -445,6 +506,10 @@ class FakeBackend final : public DeviceBackend {
   int calls_seen_ = 0;
   bool fault_fired_ = false;
   int live_host_ = 0;
+  std::map<void*, std::size_t> host_sizes_;
+  std::size_t live_host_bytes_ = 0, peak_host_bytes_ = 0;
+  std::set<int> open_files_;
+  int fail_write_at_ = -1, fail_read_at_ = -1;  // counted down by each write / read
   std::map<MemHandle, std::vector<unsigned char>> contents_;
   std::map<DevicePtr, std::vector<unsigned char>> segment_contents_;
   std::size_t total_;

@@ -1,15 +1,24 @@
 /* pause_shim.c — tags, pause and resume through the preloaded shim on the
  * fake driver (whose VM mappings are real memory: a paused page faults).
- * Usage: pause_shim CASE   (cases below; LD_PRELOAD=libcachalloc.so).
+ * Usage: pause_shim CASE [DIR]   (cases below; LD_PRELOAD=libcachalloc.so;
+ * the disk_* cases take the directory that CACHALLOC_CONF's pause_backup_dir
+ * names, and make it).
  * The control API is reached through dlsym, as a program that does not link
  * cachalloc would. */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fake_libcuda.h"
@@ -189,8 +198,188 @@ static int random_faults(void) {
   return 0;
 }
 
+/* ---- disk backups (CACHALLOC_BACKUP_DISK = 2) ---- */
+
+static const char* g_dir;
+
+/* Names visible in the backup directory. */
+static int dir_entries(void) {
+  DIR* d = opendir(g_dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d)) != NULL;)
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}
+
+/* The descriptor (-1: none; -2: several) this process holds on a file of
+ * the backup directory: a backup file has no name, yet /proc shows it
+ * there ("DIR/#123 (deleted)"). */
+static int backup_fd(void) {
+  int found = -1;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -3;
+  char prefix[4096];
+  snprintf(prefix, sizeof prefix, "%s/", g_dir);
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    char link[300], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    const ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (strncmp(target, prefix, strlen(prefix)) == 0) found = found == -1 ? atoi(e->d_name) : -2;
+  }
+  closedir(d);
+  return found;
+}
+
+static int json_has(const char* needle) {
+  int (*stats_json)(char*, size_t) = (int (*)(char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_stats_json");
+  static char buf[1 << 20];
+  if (stats_json == NULL || stats_json(buf, sizeof buf) != 0) return 0;
+  if (strstr(buf, needle) != NULL) return 1;
+  fprintf(stderr, "pause_shim: '%s' not in %s\n", needle, buf);
+  return 0;
+}
+
+#define BIG (136u << 20) /* more than both 64 MiB staging halves together */
+#define SMALL_BLOCKS 200
+
+struct disk_tag {
+  CUdeviceptr big, small[SMALL_BLOCKS];
+};
+
+static size_t small_size(int i) { return 700 + 131 * (size_t)i; }
+
+static int disk_setup(struct disk_tag* t) {
+  CHECK(setup() == 0);
+  mkdir(g_dir, 0700);
+  CHECK(dir_entries() == 0);
+  CHECK_RC(set_backup("weights", 2), 0);
+  CHECK_RC(set_backup("weights", 3), CUDA_ERROR_INVALID_VALUE); /* no such mode */
+  CHECK_RC(set_tag("weights"), 0);
+  CHECK_CU(cuMemAlloc_v2(&t->big, BIG));
+  for (int i = 0; i < SMALL_BLOCKS; ++i) CHECK_CU(cuMemAlloc_v2(&t->small[i], small_size(i)));
+  CHECK_RC(set_tag(NULL), 0);
+  return 0;
+}
+
+static void disk_fill(const struct disk_tag* t, unsigned seed) {
+  fill(t->big, BIG, seed);
+  for (int i = 0; i < SMALL_BLOCKS; ++i) fill(t->small[i], small_size(i), seed + 1 + (unsigned)i);
+}
+
+static int disk_holds(const struct disk_tag* t, unsigned seed) {
+  if (!holds(t->big, BIG, seed)) return 0;
+  for (int i = 0; i < SMALL_BLOCKS; ++i)
+    if (!holds(t->small[i], small_size(i), seed + 1 + (unsigned)i)) return 0;
+  return 1;
+}
+
+static int disk_free(const struct disk_tag* t) {
+  CHECK_CU(cuMemFree_v2(t->big));
+  for (int i = 0; i < SMALL_BLOCKS; ++i) CHECK_CU(cuMemFree_v2(t->small[i]));
+  return 0;
+}
+
+/* Several cycles through a file: contents bit for bit, the file in the
+ * directory asked for but nameless, gone at the resume; host memory: the
+ * staging halves only, whatever the tag's size. */
+static int disk_cycle(void) {
+  struct disk_tag t;
+  CHECK(disk_setup(&t) == 0);
+  for (unsigned cycle = 0; cycle < 3; ++cycle) {
+    disk_fill(&t, 10 * cycle);
+    const size_t before = stats().live_bytes;
+    CHECK_RC(pause_tag("weights"), 0);
+    CHECK(tag_paused("weights") == 1);
+    CHECK(stats().live_bytes <= before - BIG);   /* the pages went back */
+    CHECK(fake_cuda_vm_access(t.big, 0) == -1);
+    CHECK(backup_fd() >= 0);                     /* one file, in the directory ... */
+    CHECK(dir_entries() == 0);                   /* ... with no name */
+    CHECK(json_has("\"backup_mode\":\"disk\",\"backup_location\":\"disk\""));
+    CHECK(json_has("\"backup_capacity_bytes\":0,"));          /* no host buffer of the tag's size */
+    CHECK(json_has("\"backup_staging_bytes\":134217728"));    /* two halves of 64 MiB */
+    CHECK(stats().live_host_allocs == 1);                     /* the staging, that is all */
+    CHECK_RC(resume_tag("weights"), 0);
+    CHECK(disk_holds(&t, 10 * cycle));
+    CHECK(backup_fd() == -1);                    /* the file went at the resume */
+    CHECK(json_has("\"backup_location\":\"none\",\"backup_bytes\":0,"));
+  }
+  CHECK(dir_entries() == 0);
+  return disk_free(&t);
+}
+
+/* A real write failure: the file size limit (RLIMIT_FSIZE) stops the file
+ * at 16 MiB, as a full disk would; SIGXFSZ keeps its default action (kill
+ * the process): cachalloc must not let it through.  The pause fails with
+ * CUDA_ERROR_OPERATING_SYSTEM, the tag runs on with its contents, the file
+ * is gone; with the limit lifted, a retry works. */
+static int disk_write_fail(void) {
+  struct disk_tag t;
+  CHECK(disk_setup(&t) == 0);
+  disk_fill(&t, 3);
+  /* The pinned staging cannot be had: the pause fails, nothing changed. */
+  fake_cuda_fail("cuMemHostAlloc", 0, 1, CUDA_SUCCESS);
+  CHECK_RC(pause_tag("weights"), CUDA_ERROR_OUT_OF_MEMORY);
+  fake_cuda_fail_reset();
+  CHECK(tag_paused("weights") == 0 && backup_fd() == -1);
+  CHECK(disk_holds(&t, 3));
+  signal(SIGXFSZ, SIG_DFL);
+  struct rlimit old, lim;
+  CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  lim = old;
+  lim.rlim_cur = 16u << 20;
+  CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  const size_t before = stats().live_bytes;
+  CHECK_RC(pause_tag("weights"), CUDA_ERROR_OPERATING_SYSTEM);
+  CHECK(tag_paused("weights") == 0);
+  CHECK(stats().live_bytes == before);
+  CHECK(backup_fd() == -1);
+  CHECK(disk_holds(&t, 3));
+  CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  CHECK_RC(pause_tag("weights"), 0);
+  CHECK_RC(resume_tag("weights"), 0);
+  CHECK(disk_holds(&t, 3));
+  CHECK(dir_entries() == 0 && backup_fd() == -1);
+  return disk_free(&t);
+}
+
+/* A real read failure: the backup file's descriptor is swapped for one
+ * that cannot be read (and put back after).  The resume fails with
+ * CUDA_ERROR_OPERATING_SYSTEM, the tag stays paused with no page held and
+ * its backup kept; the retry restores it. */
+static int disk_read_fail(void) {
+  struct disk_tag t;
+  CHECK(disk_setup(&t) == 0);
+  disk_fill(&t, 7);
+  CHECK_RC(pause_tag("weights"), 0);
+  const size_t paused_live = stats().live_bytes;
+  const int fd = backup_fd();
+  CHECK(fd >= 0);
+  const int saved = dup(fd);
+  const int unreadable = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  CHECK(saved >= 0 && unreadable >= 0 && dup2(unreadable, fd) == fd);
+  CHECK_RC(resume_tag("weights"), CUDA_ERROR_OPERATING_SYSTEM);
+  CHECK(tag_paused("weights") == 1);
+  CHECK(stats().live_bytes == paused_live);  /* the pages the resume mapped went again */
+  CHECK(dup2(saved, fd) == fd);
+  close(saved);
+  close(unreadable);
+  CHECK_RC(resume_tag("weights"), 0);
+  CHECK(disk_holds(&t, 7));
+  CHECK(backup_fd() == -1);
+  CHECK(disk_holds(&t, 7));
+  return disk_free(&t);
+}
+
 int main(int argc, char** argv) {
   const char* c = argc > 1 ? argv[1] : "";
+  g_dir = argc > 2 ? argv[2] : "/tmp";
+  if (strcmp(c, "disk_cycle") == 0) return disk_cycle();
+  if (strcmp(c, "disk_write_fail") == 0) return disk_write_fail();
+  if (strcmp(c, "disk_read_fail") == 0) return disk_read_fail();
   if (strcmp(c, "cycle") == 0) return cycle();
   if (strcmp(c, "resume_oom") == 0) return resume_oom();
   if (strcmp(c, "random_faults") == 0) return random_faults();

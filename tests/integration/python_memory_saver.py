@@ -72,7 +72,49 @@ def main():
         check(e.code == 1, "CachallocError(INVALID_VALUE)")
     for p in (w, u, k):
         lib.cachalloc_free(p, 0, 0, None)
+    disk_backups(cachalloc, tms, cuda, alloc, lib)
     print("python_memory_saver: PASS")
+
+
+def disk_backups(cachalloc, tms, cuda, alloc, lib):
+    """enable_disk_backup / cpu_backup="disk": the backup goes to a file,
+    with no warning (it used to fall back to host memory with one)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with tms.region("big", enable_disk_backup=True):
+            b = alloc(24 * MiB)
+    check(not caught, f"enable_disk_backup warns no more: {[str(c.message) for c in caught]}")
+    with cachalloc.region("big2", cpu_backup="disk"):
+        b2 = alloc(3 * MiB)
+    data = bytes(reversed(range(256))) * (24 * MiB // 256)
+    check(cuda.cuMemcpyHtoD_v2(b, data, len(data)) == 0, "write big")
+    check(cuda.cuMemcpyHtoD_v2(b2, data, 3 * MiB) == 0, "write big2")
+    tms.pause("big")
+    cachalloc.pause("big2")
+    tags = cachalloc.stats()["devices"][0]["tags"]
+    for name, size in (("big", 24 * MiB), ("big2", 3 * MiB)):
+        t = tags[name]
+        check(t["backup_mode"] == "disk" and t["backup_location"] == "disk", f"{name}: a disk backup: {t}")
+        check(t["backup_disk_bytes"] >= size and t["backup_bytes"] == t["backup_disk_bytes"], f"{name}: disk bytes {t}")
+        check(t["backup_capacity_bytes"] == 0, f"{name}: no host buffer of the tag's size")
+        check(0 < t["backup_staging_bytes"] <= 128 * MiB, f"{name}: staging only {t}")
+    summary = cachalloc.memory_summary(0)
+    check("disk backups stage through" in summary and " disk " in summary, f"memory_summary: where and staging\n{summary}")
+    tms.resume()
+    back = ctypes.create_string_buffer(len(data))
+    check(cuda.cuMemcpyDtoH_v2(back, b, len(data)) == 0, "read big")
+    check(back.raw == data, "big restored from its file")
+    check(cuda.cuMemcpyDtoH_v2(back, b2, 3 * MiB) == 0, "read big2")
+    check(back.raw[:3 * MiB] == data[:3 * MiB], "big2 restored from its file")
+    check(cachalloc.stats()["devices"][0]["tags"]["big"]["backup_disk_bytes"] == 0, "the file went at the resume")
+    try:
+        cachalloc.set_tag_backup("big", "tape")
+        check(False, "an unknown backup mode must fail")
+    except cachalloc.CachallocError as e:
+        check(e.code == 1, "CachallocError(INVALID_VALUE) for a bad mode")
+    for p in (b, b2):
+        lib.cachalloc_free(p, 0, 0, None)
 
 
 main()

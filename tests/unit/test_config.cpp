@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -447,9 +447,25 @@ TEST_CASE("config: tag and tag_cpu_backup set the process's tag") {
   Config c;
   CHECK(parse_config("tag:kv_cache,tag_cpu_backup:true", &c).empty());
   CHECK(c.tag == "kv_cache");
-  CHECK(c.tag_cpu_backup);
+  CHECK(c.tag_cpu_backup == BackupMode::host);
   CHECK(c.to_string().find("tag:kv_cache") != std::string::npos);
   Config d;
   CHECK_FALSE(parse_config("tag:bad!name", &d).empty());
   CHECK_FALSE(parse_config("tag:a/b", &d).empty());
+}
+
+TEST_CASE("config: tag_cpu_backup:disk and pause_backup_dir (disk backups of paused tags)") {
+  Config c;
+  CHECK(c.tag_cpu_backup == BackupMode::none);
+  CHECK(c.pause_backup_dir.empty());  // $TMPDIR, else /tmp
+  REQUIRE(parse_config("tag:weights,tag_cpu_backup:DISK,pause_backup_dir:/var/tmp/my backups", &c).empty());
+  CHECK(c.tag_cpu_backup == BackupMode::disk);
+  CHECK(c.pause_backup_dir == "/var/tmp/my backups");  // a path keeps inner spaces
+  Config back;
+  REQUIRE(parse_config(c.to_string(), &back).empty());  // round trip
+  CHECK(back.tag_cpu_backup == BackupMode::disk);
+  CHECK(back.pause_backup_dir == c.pause_backup_dir);
+  CHECK(parse_ok("tag_cpu_backup:false").tag_cpu_backup == BackupMode::none);
+  CHECK(parse_error("tag_cpu_backup:tape").find("true, false or disk") != std::string::npos);
+  CHECK(parse_error("pause_backup_dir:") != "");
 }

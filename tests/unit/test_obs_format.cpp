@@ -143,3 +143,37 @@ TEST_CASE("interposer section lists every entry point and reason", "[obs][format
   // The device table comes first, the interposer section last.
   CHECK(text.find("CUDA memory summary, device ID 0") < text.find("cachalloc interposer summary"));
 }
+
+TEST_CASE("tag table: where each tag's backup is, and the staging of disk backups", "[obs][format]") {
+  DeviceReport d;
+  d.device = 1;
+  TagStats w;
+  w.tag = 1;
+  w.paused = true;
+  w.backup = true;
+  w.backup_mode = w.backup_location = BackupMode::disk;
+  w.reserved_bytes = w.allocated_bytes = w.paused_bytes = 3 * GiB;
+  w.backup_bytes = w.disk_bytes = 3 * GiB;
+  w.staging_bytes = 128 * MiB;
+  w.pauses = 12;
+  w.resumes = 11;
+  TagStats k;
+  k.tag = 2;
+  k.backup = true;
+  k.backup_mode = BackupMode::host;  // running: no backup held, its pauses go to host memory
+  k.reserved_bytes = k.allocated_bytes = 20 * MiB;
+  TagStats n;
+  n.tag = 3;
+  d.tags = {{"weights", w}, {"kv_cache", k}, {"scratch", n}};
+  const auto lines = lines_of(tag_table(d));
+  for (const auto& l : lines) {
+    INFO(l);
+    CHECK(l.size() == 77);
+  }
+  REQUIRE(lines.size() == 8);
+  CHECK(lines[2] == "| tag            state  reserved allocated    paused    backup   in  pau/res|");
+  CHECK(lines[3] == "| weights       paused    3.0GiB    3.0GiB    3.0GiB    3.0GiB disk    12/11|");
+  CHECK(lines[4] == "| kv_cache     running   20.0MiB   20.0MiB        0B        0B host      0/0|");
+  CHECK(lines[5] == "| scratch      running        0B        0B        0B        0B    -      0/0|");
+  CHECK(lines[6] == "| disk backups stage through 128.0MiB of pinned host memory                 |");
+}

@@ -10,67 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "alloc_fixture.h"
+#include "pause_fixture.h"
 
 using namespace cachalloc;
 using namespace cachalloc::testing;
-
-namespace {
-
-constexpr TagId kWeights = 1;
-constexpr TagId kKv = 2;
-
-struct PauseFixture : AllocFixture {
-  explicit PauseFixture(Config cfg = {}, std::size_t device = 1 * GiB) : AllocFixture(cfg, device) {}
-
-  DevicePtr tmalloc(std::size_t size, TagId tag, StreamId stream = 0) {
-    DevicePtr p = 0;
-    const Status st = alloc->malloc_tagged(&p, size, stream, tag);
-    alloc->validate();
-    REQUIRE(st == kSuccess);
-    return p;
-  }
-  Status pause(TagId tag, bool* no_op = nullptr) {
-    const Status st = alloc->pause(tag, no_op);
-    alloc->validate();
-    return st;
-  }
-  Status resume(TagId tag, bool* no_op = nullptr) {
-    const Status st = alloc->resume(tag, no_op);
-    alloc->validate();
-    return st;
-  }
-  // Fills [p, p+n) with a pattern that depends on `seed`; check() compares.
-  // Byte i of a block holds (i * 31 + seed) & 0xFF: a pattern of period 256,
-  // written and compared a period at a time (memcpy / memcmp), because a
-  // loop over tens of MiB byte by byte took minutes under ThreadSanitizer.
-  static std::array<unsigned char, 256> period(unsigned seed) {
-    std::array<unsigned char, 256> t{};
-    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<unsigned char>((i * 31 + seed) & 0xFF);
-    return t;
-  }
-  void fill(DevicePtr p, std::size_t n, unsigned seed) {
-    const auto t = period(seed);
-    std::vector<unsigned char> v(n);
-    for (std::size_t i = 0; i < n; i += t.size()) std::memcpy(v.data() + i, t.data(), std::min(t.size(), n - i));
-    backend.write(p, v.data(), n);
-  }
-  bool holds(DevicePtr p, std::size_t n, unsigned seed) {
-    const auto t = period(seed);
-    std::vector<unsigned char> v(n);
-    backend.read(p, v.data(), n);
-    for (std::size_t i = 0; i < n; i += t.size())
-      if (std::memcmp(v.data() + i, t.data(), std::min(t.size(), n - i)) != 0) return false;
-    return true;
-  }
-  TagStats tag(TagId t) const {
-    for (const TagStats& s : alloc->tag_stats())
-      if (s.tag == t) return s;
-    return {};
-  }
-};
-
-}  // namespace
 
 TEST_CASE("tags: blocks of two tags and untagged blocks never share a segment") {
   PauseFixture f;
@@ -283,63 +226,6 @@ TEST_CASE("resume: out of memory first gives cached memory back, then retries") 
   CHECK(f.backend.used() == 60 * MiB);
   f.free(w);
 }
-
-namespace {
-
-// One scenario: two tags (one backed up), live and cached blocks, then
-// `op` with the fault at call n.  Checks the state after the failure, that
-// finishing the cycle without faults restores everything, and that nothing
-// leaked.  Returns whether the fault fired (false: n is past the last call).
-bool run_with_fault(int n, bool fault_in_resume) {
-  PauseFixture f;
-  f.alloc->set_tag_backup(kWeights, true);
-  const DevicePtr u = f.malloc(3 * MiB);
-  const DevicePtr w1 = f.tmalloc(30 * MiB, kWeights);
-  const DevicePtr w2 = f.tmalloc(3000, kWeights);
-  const DevicePtr w3 = f.tmalloc(25 * MiB, kWeights);
-  f.free(w3);
-  const DevicePtr k = f.tmalloc(40 * MiB, kKv);
-  f.fill(u, 3 * MiB, 1);
-  f.fill(w1, 30 * MiB, 2);
-  f.fill(w2, 3000, 3);
-  if (fault_in_resume) {
-    REQUIRE(f.pause(kWeights) == kSuccess);
-    REQUIRE(f.pause(kKv) == kSuccess);
-  }
-  f.backend.fail_call_at(n);
-  Status st = kSuccess;
-  for (TagId t : {kWeights, kKv}) {
-    st = fault_in_resume ? f.resume(t) : f.pause(t);  // validate() runs inside
-    if (st != kSuccess) break;
-  }
-  const bool fired = f.backend.fault_fired();
-  // (Resume retries an out-of-memory answer once, after releasing the cache:
-  // a fault at vm_create may be recovered from.)
-  if (fault_in_resume) CHECK((st == kSuccess || fired));
-  else CHECK(fired == (st != kSuccess));
-  f.backend.fail_call_at(-1);
-  if (fault_in_resume && st != kSuccess) {
-    // A failed resume leaves the tag paused.
-    CHECK((f.alloc->tag_paused(kWeights) || f.alloc->tag_paused(kKv)));
-  }
-  // Finish the cycle without faults: pause (if needed) then resume both.
-  for (TagId t : {kWeights, kKv}) REQUIRE(f.pause(t) == kSuccess);
-  CHECK(f.backend.used() == 20 * MiB);  // the untagged segment only
-  for (TagId t : {kWeights, kKv}) REQUIRE(f.resume(t) == kSuccess);
-  CHECK(f.holds(u, 3 * MiB, 1));
-  CHECK(f.holds(w1, 30 * MiB, 2));  // the backup survived the failure
-  CHECK(f.holds(w2, 3000, 3));
-  for (DevicePtr p : {u, w1, w2, k}) f.free(p);
-  f.empty_cache();
-  CHECK(f.backend.used() == 0);
-  CHECK(f.backend.live_handles() == 0);
-  CHECK(f.backend.live_mappings() == 0);
-  f.alloc.reset();
-  CHECK(f.backend.live_host() == 0);
-  return fired;
-}
-
-}  // namespace
 
 TEST_CASE("pause: a failure at any driver call loses nothing and leaks nothing") {
   int n = 0;

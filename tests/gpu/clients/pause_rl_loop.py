@@ -11,8 +11,9 @@ The parent runs the loop in child processes, one per mode:
 and then the driver's floor (cuMemCreate+cuMemMap+cuMemSetAccess and
 cuMemUnmap+cuMemRelease of the same bytes through ctypes, no cachalloc).
 
-Each child: a model's weights under tag "weights" (with a CPU backup) and a
-KV-cache-like pool under "kv_cache" (none); a CUDA graph captured once that
+Each child: a model's weights under tag "weights" (with a CPU backup, or
+with --backup disk a file) and a KV-cache-like pool under "kv_cache"
+(none); a CUDA graph captured once that
 reads the weights and writes and reads the pool.  First a reference run of
 N iterations that never pauses; then N alternations of "pause both, run a
 second model in the freed memory, resume both, replay the graph".  Checks:
@@ -79,7 +80,7 @@ def child(args):
     base = nvml_used()
 
     layers = max(1, int(args.weights_gib * (1 << 30) / (d * d * 4)))
-    with cachalloc.region("weights", cpu_backup=True):
+    with cachalloc.region("weights", cpu_backup="disk" if args.backup == "disk" else True):
         weights = [(torch.randn(d, d, generator=gen) / d ** 0.5).to(dev) for _ in range(layers)]
     kv_rows = int(args.kv_gib * (1 << 30) / (d * 4))
     with cachalloc.region("kv_cache"):
@@ -146,8 +147,11 @@ def child(args):
            f"NVML used MiB: base {base and base >> 20}, before pause {before and before >> 20}, "
            f"worst after pause {worst_after >> 20} (limit {int(limit or 0) >> 20}); "
            f"pause {1e3 * sorted(pause_s)[len(pause_s) // 2] / gib:.1f} ms/GiB, "
-           f"resume {1e3 * sorted(resume_s)[len(resume_s) // 2] / gib:.1f} ms/GiB (medians, backup of "
-           f"{tags.get('weights', {}).get('backup_capacity_bytes', 0) >> 20} MiB included)")
+           f"resume {1e3 * sorted(resume_s)[len(resume_s) // 2] / gib:.1f} ms/GiB (medians, "
+           + (f"disk backup through {tags.get('weights', {}).get('backup_staging_bytes', 0) >> 20} MiB of staging"
+              if args.backup == "disk" else
+              f"backup of {tags.get('weights', {}).get('backup_capacity_bytes', 0) >> 20} MiB")
+           + " included)")
     ok = mismatches == 0 and same_addresses and ok_nvml and tags.get("weights", {}).get("num_pauses") == args.iters
     print(("PASS " if ok else "FAIL ") + f"{args.mode}: " + fig + ("" if same_addresses else "; ADDRESSES MOVED"))
     print("RESULT " + json.dumps({"mode": args.mode, "ok": ok, "gib": gib, "pause_s": pause_s, "resume_s": resume_s,
@@ -217,6 +221,8 @@ def main():
     ap.add_argument("--weights-gib", type=float, default=1.0)
     ap.add_argument("--kv-gib", type=float, default=2.0)
     ap.add_argument("--modes", default="preload,pluggable")
+    ap.add_argument("--backup", choices=["host", "disk"], default="host",
+                    help="where the weights' backup goes at each pause (disk: CACHALLOC_CONF's pause_backup_dir)")
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -227,7 +233,8 @@ def main():
         return 0
     failed = 0
     base_cmd = [sys.executable, os.path.abspath(__file__), "--shim", args.shim, "--module-dir", args.module_dir,
-                "--iters", str(args.iters), "--weights-gib", str(args.weights_gib), "--kv-gib", str(args.kv_gib)]
+                "--iters", str(args.iters), "--weights-gib", str(args.weights_gib), "--kv-gib", str(args.kv_gib),
+                "--backup", args.backup]
     # Within gpu-check's 70 s: the required mode first, then the driver's
     # floor, then the other mode (reported, not required).
     modes = args.modes.split(",")
