@@ -42,7 +42,9 @@ struct Segment;
 class StreamBins;
 struct ThreadCache;
 
-struct Block {
+// Cache-line aligned: blocks of two threads' caches, allocated one after the
+// other, would otherwise share a line that both write on every pair.
+struct alignas(64) Block {
   DevicePtr ptr = 0;
   std::size_t size = 0;
   std::size_t requested = 0;   // client's size while allocated

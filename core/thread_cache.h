@@ -111,7 +111,7 @@ struct ThreadDelta {
   void down(std::int64_t v) { current -= v; }
 };
 
-struct ThreadCache {
+struct alignas(64) ThreadCache {  // its own lines: written on every pair
   // Blocks of 512 B .. 64 KiB (exact sizes, 512 B apart), cached per size;
   // each bin a list through Block::free_next, newest first.
   static constexpr std::size_t kGrain = 512;

@@ -21,7 +21,7 @@ namespace cachalloc::shim {
 
 constexpr int kEntries = static_cast<int>(obs::Entry::count);
 
-struct ThreadCounts {
+struct alignas(64) ThreadCounts {  // its own lines: written on every call
   std::array<std::atomic<std::uint64_t>, kEntries> calls{};
   std::atomic<bool> in_use{true};   // a live thread owns it (the only writer)
   ThreadCounts* next = nullptr;     // the list of every block; set before it is published
