@@ -218,7 +218,7 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
   tc->waiting = nullptr;
   tc->waiting_count = 0;
   tc->waiting_bytes = 0;
-  tc->batch = fence_batch_min();
+  tc->batch = std::max(fence_batch_min(), ThreadCache::kMinBatch);
   return true;
 }
 

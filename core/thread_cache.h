@@ -156,7 +156,12 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   Fenced fences[kMaxFences] = {};  // oldest at fence_head
   std::size_t fence_head = 0;
   std::size_t fence_count = 0;
-  std::size_t batch = 20;      // waiting frees worth a fence (the allocator's fence_batch_min)
+  // Waiting frees worth a fence: the allocator's fence_batch_min (20 per
+  // driver event of a fence), but at least kMinBatch, since a thread's own
+  // frees are cheap to hold (small blocks, under a quarter of the cache) and
+  // each fence costs a trip to the allocator's lock and a later poll.
+  static constexpr std::size_t kMinBatch = 64;
+  std::size_t batch = kMinBatch;
   // A fence is due once `batch` frees wait, or a quarter of the cache's
   // bytes (large blocks: the cache must not fill with waiting ones).
   bool fence_due() const { return waiting_count >= batch || waiting_bytes >= limit / 4; }
