@@ -44,6 +44,30 @@ std::int64_t agg(const StatArray& a, bool peak = false) {
   return peak ? a[StatType::aggregate].peak : a[StatType::aggregate].current;
 }
 
+// Runs worker(0 .. n-1) on n threads while another thread runs validate()
+// and stats() all the while; an invariant broken counts in `errors`.
+template <class Worker>
+void run_checked(AllocFixture& f, int n, Worker& worker, std::atomic<int>& errors) {
+  std::atomic<bool> done{false};
+  std::thread checker([&] {
+    while (!done.load()) {
+      try {
+        f.alloc->validate();
+        (void)f.alloc->stats();
+      } catch (const InvariantError& e) {
+        FAIL_CHECK(e.what());
+        ++errors;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back(worker, i);
+  for (auto& t : threads) t.join();
+  done = true;
+  checker.join();
+}
+
 }  // namespace
 
 TEST_CASE("a freed block waits in the thread's cache and comes back with a fresh identity") {
@@ -284,7 +308,6 @@ TEST_CASE("threads hammer one allocator through their caches while validate() ru
   AllocFixture f;
   constexpr int kThreads = 4;
   std::atomic<int> errors{0};
-  std::atomic<bool> done{false};
   // Blocks handed from one thread to the next, freed there (cross-thread).
   std::mutex hand_mutex;
   std::vector<DevicePtr> handed;
@@ -329,23 +352,7 @@ TEST_CASE("threads hammer one allocator through their caches while validate() ru
     for (DevicePtr p : mine)
       if (f.alloc->free_cached(p, kAnyStream) != kSuccess) ++errors;
   };
-  std::thread checker([&] {
-    while (!done.load()) {
-      try {
-        f.alloc->validate();
-        (void)f.alloc->stats();
-      } catch (const InvariantError& e) {
-        FAIL_CHECK(e.what());
-        ++errors;
-      }
-      std::this_thread::yield();
-    }
-  });
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
-  for (auto& t : threads) t.join();
-  done = true;
-  checker.join();
+  run_checked(f, kThreads, worker, errors);
   for (DevicePtr p : handed) REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
   f.alloc->validate();
   CHECK(errors.load() == 0);
@@ -517,7 +524,6 @@ TEST_CASE("threads pair fenced frees through their caches while validate() runs"
   f.backend.set_auto_complete(true);
   constexpr int kThreads = 4;
   std::atomic<int> errors{0};
-  std::atomic<bool> done{false};
   auto worker = [&](int id) {
     std::mt19937_64 rng(static_cast<std::uint64_t>(id) * 7919 + 3);
     std::vector<DevicePtr> mine;
@@ -542,23 +548,7 @@ TEST_CASE("threads pair fenced frees through their caches while validate() runs"
     for (DevicePtr p : mine)
       if (f.alloc->free_cached_fenced(p) != kSuccess) ++errors;
   };
-  std::thread checker([&] {
-    while (!done.load()) {
-      try {
-        f.alloc->validate();
-        (void)f.alloc->stats();
-      } catch (const InvariantError& e) {
-        FAIL_CHECK(e.what());
-        ++errors;
-      }
-      std::this_thread::yield();
-    }
-  });
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
-  for (auto& t : threads) t.join();
-  done = true;
-  checker.join();
+  run_checked(f, kThreads, worker, errors);
   f.alloc->validate();
   CHECK(errors.load() == 0);
   const DeviceStats s = f.stats();
