@@ -367,6 +367,7 @@ class CachingAllocator {
 
   // Fences for deferred frees (fence_path.cpp).
   void defer(Block* block);
+  void enqueue_deferred(Block* block);
   void bound_waiting();
   bool reclaim_pending(std::size_t size);
   bool issue_fence();
@@ -415,6 +416,7 @@ class CachingAllocator {
   bool fence_waiting(ThreadCache* tc);
   bool reclaim_thread_fences(ThreadCache* tc);
   std::size_t hand_over_held(ThreadCache* tc, bool fenced_too);
+  void disown(ThreadCache* tc, Block* b);
   static void merge_stat(Stat& s, const ThreadDelta& d);
   Block* detach(Block* block);
   void merge_deltas(ThreadCache* tc);

@@ -74,14 +74,20 @@ void CachingAllocator::bound_waiting() {
 
 void CachingAllocator::defer(Block* block) {
   block->stream_uses.clear();  // the fence covers every stream
+  enqueue_deferred(block);
+  ++stats_.num_deferred_frees;
+  stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
+}
+
+// Into the deferred list (its statistics are the caller's: defer() counts a
+// new deferred free, a thread cache's hand-over merged its own already).
+void CachingAllocator::enqueue_deferred(Block* block) {
   block->deferred = true;
   ++block->pending_events;
   block->free_next = deferred_;
   deferred_ = block;
   ++deferred_count_;
   deferred_bytes_ += block->size;
-  ++stats_.num_deferred_frees;
-  stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
 }
 
 // On a cache miss for `size` bytes: blocks whose events or fences completed

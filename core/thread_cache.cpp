@@ -253,6 +253,16 @@ bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
   return freed;
 }
 
+// Both locks held: a block `tc` owns and the program freed (cached, waiting
+// or fenced) leaves it, no longer allocated for the core either.
+void CachingAllocator::disown(ThreadCache* tc, Block* b) {
+  b->tc = nullptr;
+  b->tc_waiting = false;
+  b->allocated = false;
+  live_.erase(b->ptr);
+  tc->owned_bytes -= b->size;
+}
+
 // Both locks held: `tc`'s waiting blocks (and, with fenced_too, those behind
 // its fences, which are destroyed) leave it for the core's deferred list:
 // the core's next fence, recorded later still, covers them.  They stay
@@ -264,17 +274,8 @@ std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
   auto move = [&](Block* list) {
     for (Block* b = list; b != nullptr;) {
       Block* next = b->free_next;
-      b->tc = nullptr;
-      b->tc_waiting = false;
-      b->allocated = false;
-      live_.erase(b->ptr);
-      tc->owned_bytes -= b->size;
-      b->deferred = true;
-      ++b->pending_events;
-      b->free_next = deferred_;
-      deferred_ = b;
-      ++deferred_count_;
-      deferred_bytes_ += b->size;
+      disown(tc, b);
+      enqueue_deferred(b);
       ++n;
       b = next;
     }
@@ -384,10 +385,7 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
     for (Block* b = head; b != nullptr;) {
       Block* next = b->free_next;
       b->free_next = nullptr;
-      b->tc = nullptr;
-      b->allocated = false;
-      live_.erase(b->ptr);
-      tc->owned_bytes -= b->size;
+      disown(tc, b);
       return_to_pool(b);  // its free and inactivity were counted at adoption
       ++n;
       b = next;
