@@ -64,11 +64,16 @@ PROGRAM_LABEL = {"train_varlen": "transformer, shapes varying every step",
                  "train_varlen_side": "the same with a non-blocking side stream",
                  "hf_gpt2": "HuggingFace GPT-2 (random weights): train + generate",
                  "ddp_train": "DDP, NCCL, 2 GPUs (torchrun)"}
-CONFIG_ORDER = ["native", "cachalloc", "native_expandable", "cachalloc_expandable"]
+CONFIG_ORDER = ["native", "cachalloc", "native_expandable", "cachalloc_expandable", "cachalloc_pluggable",
+                "cudapool", "cachalloc_async"]
 CONFIG_LABEL = {"native": "PyTorch's allocator", "cachalloc": "cachalloc (PYTORCH_NO_CUDA_MEMORY_CACHING=1)",
                 "native_expandable": "PyTorch, expandable_segments:True",
-                "cachalloc_expandable": "cachalloc, expandable_segments:true"}
-BASELINE_OF = {"cachalloc": "native", "cachalloc_expandable": "native_expandable"}
+                "cachalloc_expandable": "cachalloc, expandable_segments:true",
+                "cachalloc_pluggable": "cachalloc as PyTorch's pluggable allocator",
+                "cudapool": "CUDA's pool (backend:cudaMallocAsync)",
+                "cachalloc_async": "cachalloc --torch-async (cudaMallocAsync route, expandable)"}
+BASELINE_OF = {"cachalloc": "native", "cachalloc_expandable": "native_expandable", "cachalloc_pluggable": "native",
+               "cachalloc_async": "cudapool"}
 
 
 # --- numbers --------------------------------------------------------------------------------
@@ -398,6 +403,13 @@ class Programs:
     def dcpf(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("driver_calls_per_free") for r in self.by.get((p, c), [])])
 
+    def fence_counts(self, p, c):
+        """'joins / waits' medians over runs: fences joined into every stream, host waits on fences."""
+        fs = [(r.get("cachalloc") or {}).get("fences") or {} for r in self.by.get((p, c), [])]
+        j = Stat([f.get("num_fence_joins") for f in fs])
+        w = Stat([f.get("num_fence_waits") for f in fs])
+        return f"{j.median:.0f} / {w.median:.0f}" if j and w else "—"
+
     def identical(self, p):
         """(True/False/None, detail): losses (and generated tokens) equal in every run of every config."""
         seen = {}
@@ -431,11 +443,13 @@ def programs_tables(pr):
             rows.append([CONFIG_LABEL.get(c, c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
                          fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          fmt_stat(pr.ns_own_per_call(p, c)) if c.startswith("cachalloc") else "—",
-                         (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—"])
+                         (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—",
+                         pr.fence_counts(p, c) if c.startswith("cachalloc") else "—"])
         out.append("")
         out.append(table(["allocator", "runs", "step ms, median [min–max]", "÷ PyTorch's (same segments)",
                           "device peak MiB (NVML)", "ns inside cachalloc per call",
-                          "of it cachalloc's own (less driver calls)", "driver calls per free"], rows))
+                          "of it cachalloc's own (less driver calls)", "driver calls per free",
+                          "fence joins / host waits"], rows))
         ident, detail = pr.identical(p)
         out.append(f"\nlosses{' and generated tokens' if p == 'hf_gpt2' else ''} bit-identical across "
                    f"allocators and runs: {'yes' if ident else ('no' if ident is False else '—')} ({detail})\n")

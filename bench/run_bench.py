@@ -107,7 +107,8 @@ def run(cmd, env, timeout, cwd=ROOT):
 
 def clean_env(extra=None):
     env = dict(os.environ)
-    for k in ("LD_PRELOAD", "CACHALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF"):
+    for k in ("LD_PRELOAD", "CACHALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF",
+              "BENCH_CACHALLOC_PLUGGABLE", "BENCH_CACHALLOC_MODULE"):
         env.pop(k, None)
     env.update(extra or {})
     return env
@@ -354,21 +355,38 @@ def write_fake_dump(path, group):
 
 # --- programs ---------------------------------------------------------------------------------
 
+# The program contenders (issue 18 item 5).  cachalloc_async is what the
+# launcher's --torch-async sets up (PyTorch's cudaMallocAsync backend served
+# by cachalloc in stream order, cachalloc's expandable segments on);
+# cachalloc_pluggable loads it as PyTorch's pluggable allocator
+# (bench/programs/common.py reads BENCH_CACHALLOC_PLUGGABLE); cudapool is
+# CUDA's own stream-ordered pool through the same PyTorch backend.
+ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
 CONFIG_ENV = {
     "native": {},
     "native_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "cachalloc": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
     "cachalloc_expandable": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+    "cachalloc_pluggable": {},
+    "cachalloc_async": ASYNC,
+    "cudapool": ASYNC,
 }
+CACHALLOC_CONF_OF = {"cachalloc_expandable": ["expandable_segments:true"],
+                     "cachalloc_async": ["expandable_segments:true"]}
 
 
 def config_env(a, config, stats_path):
     env = dict(CONFIG_ENV[config])
     if config.startswith("cachalloc"):
-        conf = ["expandable_segments:true"] if config.endswith("expandable") else []
-        conf.append(f"stats:{stats_path}")
+        conf = CACHALLOC_CONF_OF.get(config, []) + [f"stats:{stats_path}"]
         env["CACHALLOC_CONF"] = ",".join(conf)
-        if not a.dry_run:
+        if a.dry_run:
+            pass
+        elif config == "cachalloc_pluggable":
+            env["BENCH_CACHALLOC_PLUGGABLE"] = a.shim
+            env["BENCH_CACHALLOC_MODULE"] = a.module_dir or os.path.join(os.path.dirname(os.path.dirname(a.shim)),
+                                                                         "python")
+        else:
             env["LD_PRELOAD"] = a.shim
     env["PYTHONHASHSEED"] = "0"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -566,6 +584,7 @@ def main():
     ap.add_argument("--torch-bench")
     ap.add_argument("--floor")
     ap.add_argument("--shim")
+    ap.add_argument("--module-dir", help="cachalloc's Python package folder (default: BUILD/python beside the shim)")
     ap.add_argument("--cachalloc-confs", default=os.environ.get("BENCH_CACHALLOC_CONFS", ""),
                     help="extra cachalloc contenders, ';'-separated CACHALLOC_CONF values (e.g. free_sync:stream)")
     ap.add_argument("--configs", default=None, help="program configurations (default: the preset's)")

@@ -13,7 +13,8 @@
 #      fidelity_patterns included, multi_stream with its peak and time shim/bare; 4b. fidelity_patterns under expandable
 #      segments, and its peer pattern (SKIP with one GPU)
 #   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
-#   5b. pause/resume: examples/pause_resume.cu (host and disk backups) and tests/gpu/clients/pause_rl_loop.py (<= 130 s)
+#   5b. pause/resume: examples/pause_resume.cu (host and disk backups), tests/gpu/clients/pause_rl_loop.py (<= 130 s)
+#       and, with two GPUs, tests/gpu/clients/pause_nccl.py (NCCL on a tagged buffer after resume, <= 150 s)
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
 #   7. other configurations, observability dumps, core benchmark
 #   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
@@ -480,6 +481,12 @@ else
   rc=$?
   grep -vE '^RESULT ' "$WORK/pause-rl.log" | tail -40
   row "pause/resume torch RL loop" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL) preload|^FLOOR' "$WORK/pause-rl.log" | tr '\n' ' ' | cut -c1-400)$(timeout_note $rc)"
+  # NCCL on a tagged buffer after a pause and resume (two GPUs; PAUSE.md "Limits").
+  timeout --kill-after=5 "$(budget_for 150)" python3 tests/gpu/clients/pause_nccl.py --shim "$SHIM" \
+    --module-dir "$BUILD/python" >"$WORK/pause-nccl.log" 2>&1
+  rc=$?
+  tail -20 "$WORK/pause-nccl.log"
+  row "pause/resume NCCL after resume" "$(status_of $rc)" "$(grep -E '^(RESULT|SKIP)' "$WORK/pause-nccl.log" | sed 's/^RESULT //' | tr '\n' ';' | cut -c1-400)$(timeout_note $rc)"
 fi
 
 # --- 6. benchmarks ---------------------------------------------------------------

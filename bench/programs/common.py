@@ -46,6 +46,10 @@ def determinism(seed=0):
 def allocator_label():
     pre = os.environ.get("LD_PRELOAD", "")
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if os.environ.get("BENCH_CACHALLOC_PLUGGABLE"):
+        return "cachalloc_pluggable"
+    if "backend:cudaMallocAsync" in conf:
+        return "cachalloc_async" if "cachalloc" in pre else "cudapool"
     if "cachalloc" in pre:
         exp = "expandable_segments:true" in os.environ.get("CACHALLOC_CONF", "")
         return "cachalloc_expandable" if exp else "cachalloc"
@@ -315,7 +319,8 @@ class CachallocCounters:
     def __init__(self):
         self.available = False
         try:
-            self.lib = ctypes.CDLL(None)
+            # Pluggable: the library PyTorch loaded (the same handle), else the preloaded one.
+            self.lib = ctypes.CDLL(os.environ.get("BENCH_CACHALLOC_PLUGGABLE") or None)
             self.fn = self.lib.cachalloc_stats_json
             self.size_fn = self.lib.cachalloc_stats_json_size
             self.fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -385,6 +390,18 @@ def skip(name, why):
     emit({"program": name, "ok": False, "skipped": True, "error": why})
 
 
+def use_pluggable_if_asked():
+    """BENCH_CACHALLOC_PLUGGABLE=path (run_bench.py's cachalloc_pluggable):
+    cachalloc becomes PyTorch's pluggable allocator, before any CUDA
+    allocation; its Python package from BENCH_CACHALLOC_MODULE."""
+    pluggable = os.environ.get("BENCH_CACHALLOC_PLUGGABLE")
+    if pluggable:
+        sys.path.insert(0, os.environ.get("BENCH_CACHALLOC_MODULE", ""))
+        import cachalloc
+
+        cachalloc.use_with_torch(pluggable)
+
+
 def import_torch(name):
     """torch, or None after printing `NAME: SKIP (...)` (torch missing or no GPU)."""
     try:
@@ -392,6 +409,7 @@ def import_torch(name):
     except ImportError as e:
         print(f"{name}: SKIP (torch not importable: {e})")
         return None
+    use_pluggable_if_asked()
     if not torch.cuda.is_available():
         print(f"{name}: SKIP (no CUDA device)")
         return None

@@ -32,6 +32,7 @@ def main():
     except ImportError as e:
         print(f"ddp_train: SKIP (torch not importable: {e})")
         return 77
+    common.use_pluggable_if_asked()
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
