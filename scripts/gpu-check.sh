@@ -30,7 +30,7 @@
 # step 8 is skipped; 1: step 8 runs last, within what is left of the budget;
 # only: steps 1, 2 and 8 alone, for a call of its own), GPU_CHECK_RELIABILITY
 # (unset: skipped; 1: step 9 at the end; only: steps 1, 2 and 9 alone) with
-# GPU_CHECK_SOAK_SECONDS (default 180), GPU_CHECK_SKIP (steps among 4b, 6
+# GPU_CHECK_SOAK_SECONDS (default 180), GPU_CHECK_SKIP (steps among 4b, 5b, 6
 # and 7 to leave out, e.g. "4b 6": for a call short of time), GPU_CHECK_NUMBA_SUITE
 # (cudadrv, cudapy or both; default both), GPU_CHECK_NUMBA_CONCURRENT=1 (bare
 # and shim runs of a suite at the same time).
@@ -452,7 +452,9 @@ fi
 # RL-style loop (20 alternations, bit-identical to a never-paused run, NVML
 # after pause, ms/GiB against the driver's cuMemMap/cuMemUnmap floor).
 banner "5b. pause and resume"
-if (( ! HAVE_GPU )); then
+if left_out 5b; then
+  row "pause/resume" SKIP "left out (GPU_CHECK_SKIP)"
+elif (( ! HAVE_GPU )); then
   row "pause/resume" SKIP "no GPU"
 elif [[ -z "$SHIM" ]]; then
   row "pause/resume" FAIL "libcachalloc.so not built"
@@ -480,7 +482,7 @@ else
     --module-dir "$BUILD/python" --iters 20 --weights-gib 1 --kv-gib 2 >"$WORK/pause-rl.log" 2>&1
   rc=$?
   grep -vE '^RESULT ' "$WORK/pause-rl.log" | tail -40
-  row "pause/resume torch RL loop" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL) preload|^FLOOR' "$WORK/pause-rl.log" | tr '\n' ' ' | cut -c1-400)$(timeout_note $rc)"
+  row "pause/resume torch RL loop" "$(status_of $rc)" "$(grep -E '^(PASS|FAIL) (preload|pluggable)|^FLOOR' "$WORK/pause-rl.log" | tr '\n' ' ' | cut -c1-400)$(timeout_note $rc)"
   # NCCL on a tagged buffer after a pause and resume (two GPUs; PAUSE.md "Limits").
   timeout --kill-after=5 "$(budget_for 150)" python3 tests/gpu/clients/pause_nccl.py --shim "$SHIM" \
     --module-dir "$BUILD/python" >"$WORK/pause-nccl.log" 2>&1
