@@ -65,15 +65,18 @@ PROGRAM_LABEL = {"train_varlen": "transformer, shapes varying every step",
                  "hf_gpt2": "HuggingFace GPT-2 (random weights): train + generate",
                  "ddp_train": "DDP, NCCL, 2 GPUs (torchrun)"}
 CONFIG_ORDER = ["native", "cachalloc", "native_expandable", "cachalloc_expandable", "cachalloc_pluggable",
-                "cudapool", "cachalloc_async"]
+                "cudapool", "cachalloc_async", "cachalloc_w256", "cachalloc_expandable_w256"]
 CONFIG_LABEL = {"native": "PyTorch's allocator", "cachalloc": "cachalloc (PYTORCH_NO_CUDA_MEMORY_CACHING=1)",
                 "native_expandable": "PyTorch, expandable_segments:True",
                 "cachalloc_expandable": "cachalloc, expandable_segments:true",
                 "cachalloc_pluggable": "cachalloc as PyTorch's pluggable allocator",
                 "cudapool": "CUDA's pool (backend:cudaMallocAsync)",
-                "cachalloc_async": "cachalloc --torch-async (cudaMallocAsync route, expandable)"}
+                "cachalloc_async": "cachalloc --torch-async (cudaMallocAsync route, expandable)",
+                "cachalloc_w256": "cachalloc, fence_wait_max_mb:256",
+                "cachalloc_expandable_w256": "cachalloc, expandable, fence_wait_max_mb:256"}
 BASELINE_OF = {"cachalloc": "native", "cachalloc_expandable": "native_expandable", "cachalloc_pluggable": "native",
-               "cachalloc_async": "cudapool"}
+               "cachalloc_async": "cudapool", "cachalloc_w256": "native",
+               "cachalloc_expandable_w256": "native_expandable"}
 
 
 # --- numbers --------------------------------------------------------------------------------

@@ -45,7 +45,11 @@
 #   --ddp-only               programs: DDP only (the 2-GPU machine's part of a
 #                            run whose one-GPU part ran on another machine)
 #   --configs LIST           program allocators (default native,cachalloc,
-#                            native_expandable,cachalloc_expandable)
+#                            native_expandable,cachalloc_expandable; also
+#                            cachalloc_pluggable, cudapool, cachalloc_async,
+#                            cachalloc_w256, cachalloc_expandable_w256:
+#                            bench/run_bench.py's CONFIG_ENV)
+#   --phases LIST            suite.py's phases (default train,hf,side)
 #   --dry-run                no GPU needed: the harness on host malloc and a fake
 #                            program (checks the script itself; figures meaningless)
 #   BUILD_DIR (build-gpu), JOBS (nproc), BENCH_PYTHON (python3),
@@ -64,6 +68,7 @@ SKIP_BUILD=0
 NO_DDP=0
 DDP_ONLY=0
 CONFIGS=""
+PHASES=""
 DRY=0
 ARGS="$*"
 while (($#)); do
@@ -77,6 +82,7 @@ while (($#)); do
     --no-ddp) NO_DDP=1 ;;
     --ddp-only) DDP_ONLY=1 ;;
     --configs) CONFIGS=$2; shift ;;
+    --phases) PHASES=$2; shift ;;
     --dry-run) DRY=1 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 0 ;;
     *) echo "run-all.sh: unknown argument $1 (--help)"; exit 2 ;;
@@ -292,6 +298,7 @@ else
   ((NO_DDP)) && measure_args+=(--no-ddp)
   ((DDP_ONLY)) && measure_args+=(--ddp-only)
   [[ -n $CONFIGS ]] && measure_args+=(--configs "$CONFIGS")
+  [[ -n $PHASES ]] && measure_args+=(--phases "$PHASES")
   ((DRY)) && measure_args+=(--dry-run)
   left=$(( DEADLINE - $(date +%s) ))
   ((left < 30)) && left=30

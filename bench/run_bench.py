@@ -370,9 +370,14 @@ CONFIG_ENV = {
     "cachalloc_pluggable": {},
     "cachalloc_async": ASYNC,
     "cudapool": ASYNC,
+    # The fence bound's next step (issue 18): joins past 256 MiB of waiting frees.
+    "cachalloc_w256": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+    "cachalloc_expandable_w256": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
 }
 CACHALLOC_CONF_OF = {"cachalloc_expandable": ["expandable_segments:true"],
-                     "cachalloc_async": ["expandable_segments:true"]}
+                     "cachalloc_async": ["expandable_segments:true"],
+                     "cachalloc_w256": ["fence_wait_max_mb:256"],
+                     "cachalloc_expandable_w256": ["expandable_segments:true", "fence_wait_max_mb:256"]}
 
 
 def config_env(a, config, stats_path):
