@@ -163,14 +163,10 @@ void note_pools_configured(const char* call) {
 RepeatOomGuard::RepeatOomGuard() { t_repeat_oom = true; }
 RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
-// do_mem_alloc and do_mem_free run inline in the exported cuMemAlloc_v2 and
-// cuMemFree_v2 (end of this file): one call frame less on every cached pair.
-[[gnu::always_inline]] inline CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
-  const Mode m = current_mode();
-  if (!serving(m)) [[unlikely]] {
-    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
-    return driver()->cuMemAlloc_v2(out, size);
-  }
+// serve_mem_alloc and serve_mem_free (the mode known to be active) run
+// inline in the exported cuMemAlloc_v2 and cuMemFree_v2 (end of this file):
+// one call frame less on every cached pair.
+[[gnu::always_inline]] inline CUresult serve_mem_alloc(CUdeviceptr* out, size_t size) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
@@ -179,13 +175,8 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   return serve_alloc(*ctx, out, size, kUnorderedStreamId);
 }
 
-[[gnu::always_inline]] inline CUresult do_mem_free(CUdeviceptr ptr) {
+[[gnu::always_inline]] inline CUresult serve_mem_free(CUdeviceptr ptr) {
   if (ptr == 0) return CUDA_SUCCESS;
-  const Mode m = current_mode();
-  if (!serving(m)) [[unlikely]] {
-    if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
-    return driver()->cuMemFree_v2(ptr);
-  }
   ContextState* ctx = current_context_state();
   if (ctx != nullptr) settle_deferred_frees(*ctx);
   Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
@@ -193,6 +184,29 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   if (s != kNotOwned) return to_cu(s);
   count_foreign();
   return driver()->cuMemFree_v2(ptr);
+}
+
+// The long way, for a call outside the fast lane (process_state.h): first
+// calls, other modes, wrapper timing on.
+[[gnu::noinline]] CUresult mem_alloc_slow(CUdeviceptr* out, size_t size) {
+  WrapperTimer timer;
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    return driver()->cuMemAlloc_v2(out, size);
+  }
+  return serve_mem_alloc(out, size);
+}
+
+[[gnu::noinline]] CUresult mem_free_slow(CUdeviceptr ptr) {
+  WrapperTimer timer;
+  if (ptr == 0) return CUDA_SUCCESS;
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
+    return driver()->cuMemFree_v2(ptr);
+  }
+  return serve_mem_free(ptr);
 }
 
 CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz) {
@@ -303,22 +317,27 @@ void note_stream_destroying(CUstream stream) {
 
 // The exported driver entry points of the cached pair (the others are in
 // entry_points.cpp, which says what every wrapper does): counted, timed, no
-// exception crossing into C.
+// exception crossing into C.  In the fast lane (active, timing off: one
+// load) they serve inline; everything else goes the long way, timed.
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  CACHALLOC_ENTRY(cuMemAlloc_v2);
+  cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemAlloc_v2);
   try {
-    return cachalloc::shim::do_mem_alloc(dptr, bytesize);
+    if (cachalloc::shim::fast_lane()) [[likely]]
+      return cachalloc::shim::serve_mem_alloc(dptr, bytesize);
+    return cachalloc::shim::mem_alloc_slow(dptr, bytesize);
   } catch (...) {
     return CUDA_ERROR_UNKNOWN;
   }
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  CACHALLOC_ENTRY(cuMemFree_v2);
+  cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemFree_v2);
   try {
-    return cachalloc::shim::do_mem_free(dptr);
+    if (cachalloc::shim::fast_lane()) [[likely]]
+      return cachalloc::shim::serve_mem_free(dptr);
+    return cachalloc::shim::mem_free_slow(dptr);
   } catch (...) {
     return CUDA_ERROR_UNKNOWN;
   }
