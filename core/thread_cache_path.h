@@ -41,6 +41,26 @@ namespace cachalloc {
   return free_adopt(ptr, stream, tc);
 }
 
+[[gnu::always_inline]] inline bool CachingAllocator::give_cached(DevicePtr ptr) {
+  if (!tc_usable()) [[unlikely]] return false;
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr) [[unlikely]] return false;
+  tc->mutex.lock();
+  const bool kept = tc->give(ptr, kAnyStream);
+  tc->mutex.unlock();
+  return kept;
+}
+
+[[gnu::always_inline]] inline ThreadCache::GiveFenced CachingAllocator::give_cached_fenced(DevicePtr ptr) {
+  if (!tc_usable()) [[unlikely]] return ThreadCache::kNotMine;
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr) [[unlikely]] return ThreadCache::kNotMine;
+  tc->mutex.lock();
+  const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
+  tc->mutex.unlock();
+  return kept;
+}
+
 [[gnu::always_inline]] inline Status CachingAllocator::free_cached_fenced(DevicePtr ptr) {
   ThreadCache* tc = nullptr;
   if (tc_usable()) [[likely]] {

@@ -163,6 +163,36 @@ void note_pools_configured(const char* call) {
 RepeatOomGuard::RepeatOomGuard() { t_repeat_oom = true; }
 RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
+namespace {
+
+// The free of a block that the calling thread's cache handed out, served
+// without asking the driver which context is current: the thread's cache
+// for its last-used context (t_last) gives it back when that cache handed
+// `ptr` out, and then that context owns `ptr`, so the full path would have
+// reached the same give (for the current context, or through free_in_owner
+// with the owner made current; a hit makes no driver call, and a due fence
+// is recorded here with the owner made current).  Not with capture-deferred
+// frees to settle, the device rule or a capture in flight: false, nothing
+// changed, and the caller takes the full path.
+[[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
+  ContextGuard guard(driver(), owner.context());
+  owner.allocator().fence_cached_frees();
+}
+
+[[gnu::always_inline]] inline bool free_in_last_cache(DevicePtr ptr) {
+  ContextState* last = detail::t_last.state;
+  if (last == nullptr || !last->alive() || last->has_deferred() || !thread_cache_eligible()) [[unlikely]]
+    return false;
+  const FreeRule rule = choose_free_rule(last->free_sync(), *last);
+  if (rule == FreeRule::stream) [[likely]] return last->allocator().give_cached(ptr);
+  if (rule != FreeRule::fence) return false;
+  const ThreadCache::GiveFenced kept = last->allocator().give_cached_fenced(ptr);
+  if (kept == ThreadCache::kFenceDue) [[unlikely]] fence_cached_frees_in(*last);
+  return kept != ThreadCache::kNotMine;
+}
+
+}  // namespace
+
 // serve_mem_alloc and serve_mem_free (the mode known to be active) run
 // inline in the exported cuMemAlloc_v2 and cuMemFree_v2 (end of this file):
 // one call frame less on every cached pair.
@@ -177,6 +207,7 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
 [[gnu::always_inline]] inline CUresult serve_mem_free(CUdeviceptr ptr) {
   if (ptr == 0) return CUDA_SUCCESS;
+  if (free_in_last_cache(static_cast<DevicePtr>(ptr))) [[likely]] return CUDA_SUCCESS;
   ContextState* ctx = current_context_state();
   if (ctx != nullptr) settle_deferred_frees(*ctx);
   Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
