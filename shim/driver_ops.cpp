@@ -74,16 +74,22 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
 
 // An allocation for `id`: from the thread's front cache when the layer may
 // be used and no tag is current (tagged memory lives in segments of its
-// own, shim/tags.h), else from the allocator.
+// own, shim/tags.h), else from the allocator (out of line: the cache's
+// hit then keeps its values in registers).
+[[gnu::noinline]] CUresult serve_alloc_locked(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
+  DevicePtr p = 0;
+  const Status s = tagged_malloc(ctx.allocator(), &p, size, id);
+  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
+  return to_cu(s);
+}
+
 [[gnu::always_inline]] inline CUresult serve_alloc(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
   DevicePtr p = 0;
   if (thread_cache_eligible() && current_tag_is_untagged() && ctx.allocator().malloc_cached(&p, size, id)) [[likely]] {
     *out = static_cast<CUdeviceptr>(p);
     return CUDA_SUCCESS;
   }
-  const Status s = tagged_malloc(ctx.allocator(), &p, size, id);
-  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
-  return to_cu(s);
+  return serve_alloc_locked(ctx, out, size, id);
 }
 
 // Stream-ordered free: a free on another stream than the block's waits for
