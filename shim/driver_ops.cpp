@@ -37,23 +37,31 @@ bool is_nonblocking(StreamId id) {
 }
 
 // Stream use noted once per (context, stream) per thread in the common case:
-// the context's lock is taken only when the stream changes.
+// the context's lock is taken only when the stream changes.  The test is
+// inline, the noting out of line.
 bool stream_of_other_context(const ContextState& ctx, CUstream stream);
 
-void note_use(ContextState* ctx, StreamId id) {
-  thread_local ContextState* t_ctx = nullptr;
-  thread_local StreamId t_id = 0;
-  thread_local std::uint64_t t_generation = 0;
-  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
-  if (id == kLegacyStreamId || (t_ctx == ctx && t_id == id && t_generation == generation)) return;
+struct NotedUse {
+  ContextState* ctx = nullptr;
+  StreamId id = 0;
+  std::uint64_t generation = 0;
+};
+constinit thread_local NotedUse t_noted;
+
+[[gnu::noinline]] void note_use_now(ContextState* ctx, StreamId id, std::uint64_t generation) {
   // While a capture is in flight even a cuStreamGetFlags on the capturing
   // stream invalidates a thread-local capture (seen on the H200): note the
   // stream on a later call instead.
   if (capture_in_flight()) [[unlikely]] return;
   ctx->note_stream(id, is_nonblocking(id));
-  t_ctx = ctx;
-  t_id = id;
-  t_generation = generation;
+  t_noted = {ctx, id, generation};
+}
+
+[[gnu::always_inline]] inline void note_use(ContextState* ctx, StreamId id) {
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  const NotedUse& n = t_noted;
+  if (id == kLegacyStreamId || (n.ctx == ctx && n.id == id && n.generation == generation)) [[likely]] return;
+  note_use_now(ctx, id, generation);
 }
 
 // Frees `ptr` in whichever other context owns it (cross-context frees are
@@ -133,22 +141,29 @@ std::atomic<bool> g_pools_configured{false};
 // (thread, context, stream) until a stream is destroyed (its handle may be
 // reused).  Not while a capture is in flight: a query there can invalidate a
 // thread-local capture (seen with cuStreamGetFlags on the H200).
-bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
-  thread_local const ContextState* t_ctx = nullptr;
-  thread_local CUstream t_stream = nullptr;
-  thread_local std::uint64_t t_generation = 0;
-  thread_local bool t_other = false;
-  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
-  if (t_ctx == &ctx && t_stream == stream && t_generation == generation) [[likely]] return t_other;
+struct StreamOwner {
+  const ContextState* ctx = nullptr;
+  CUstream stream = nullptr;
+  std::uint64_t generation = 0;
+  bool other = false;
+};
+constinit thread_local StreamOwner t_stream_owner;
+
+[[gnu::noinline]] bool stream_of_other_context_now(const ContextState& ctx, CUstream stream,
+                                                   std::uint64_t generation) {
   if (capture_in_flight() || driver()->cuStreamGetCtx == nullptr) return false;
   CUcontext owner = nullptr;
   const bool other = driver()->cuStreamGetCtx(stream, &owner) == CUDA_SUCCESS && owner != ctx.context();
-  t_ctx = &ctx;
-  t_stream = stream;
-  t_generation = generation;
-  t_other = other;
+  t_stream_owner = {&ctx, stream, generation, other};
   return other;
+}
+
+bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  const StreamOwner& o = t_stream_owner;
+  if (o.ctx == &ctx && o.stream == stream && o.generation == generation) [[likely]] return o.other;
+  return stream_of_other_context_now(ctx, stream, generation);
 }
 
 }  // namespace
