@@ -115,11 +115,12 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
 // thread's cache, and so may a fenced one (it waits there for a fence the
 // thread records over a batch of its frees: core/thread_cache.h, point
 // (g)); the device rule takes the locked path.
-[[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
+// `give_tried`: free_in_last_cache just missed in this context's cache.
+[[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr, bool give_tried) {
   const FreeRule rule = choose_free_rule(ctx.free_sync(), ctx);
   if (thread_cache_eligible()) [[likely]] {
-    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream);
-    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr);
+    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream, give_tried);
+    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr, give_tried);
   }
   return free_by_rule(ctx, ptr, rule);
 }
@@ -194,22 +195,31 @@ namespace {
 // with the owner made current; a hit makes no driver call, and a due fence
 // is recorded here with the owner made current).  Not with capture-deferred
 // frees to settle, the device rule or a capture in flight: false, nothing
-// changed, and the caller takes the full path.
+// changed, and the caller takes the full path; *tried then names the
+// context whose cache missed (its free need not look there again), or is
+// nullptr.
 [[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
   ContextGuard guard(driver(), owner.context());
   owner.allocator().fence_cached_frees();
 }
 
-[[gnu::always_inline]] inline bool free_in_last_cache(DevicePtr ptr) {
+[[gnu::always_inline]] inline bool free_in_last_cache(DevicePtr ptr, ContextState** tried) {
   ContextState* last = detail::t_last.state;
   if (last == nullptr || !last->alive() || last->has_deferred() || !thread_cache_eligible()) [[unlikely]]
     return false;
   const FreeRule rule = choose_free_rule(last->free_sync(), *last);
-  if (rule == FreeRule::stream) [[likely]] return last->allocator().give_cached(ptr);
-  if (rule != FreeRule::fence) return false;
-  const ThreadCache::GiveFenced kept = last->allocator().give_cached_fenced(ptr);
-  if (kept == ThreadCache::kFenceDue) [[unlikely]] fence_cached_frees_in(*last);
-  return kept != ThreadCache::kNotMine;
+  bool kept = false;
+  if (rule == FreeRule::stream) [[likely]] {
+    kept = last->allocator().give_cached(ptr);
+  } else if (rule == FreeRule::fence) {
+    const ThreadCache::GiveFenced r = last->allocator().give_cached_fenced(ptr);
+    if (r == ThreadCache::kFenceDue) [[unlikely]] fence_cached_frees_in(*last);
+    kept = r != ThreadCache::kNotMine;
+  } else {
+    return false;
+  }
+  if (!kept) *tried = last;
+  return kept;
 }
 
 }  // namespace
@@ -228,11 +238,13 @@ namespace {
 
 [[gnu::always_inline]] inline CUresult serve_mem_free(CUdeviceptr ptr) {
   if (ptr == 0) return CUDA_SUCCESS;
-  if (free_in_last_cache(static_cast<DevicePtr>(ptr))) [[likely]] return CUDA_SUCCESS;
+  ContextState* tried = nullptr;
+  if (free_in_last_cache(static_cast<DevicePtr>(ptr), &tried)) [[likely]] return CUDA_SUCCESS;
   ContextState* ctx = current_context_state();
   if (ctx != nullptr) settle_deferred_frees(*ctx);
-  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
-  if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr); });
+  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr, ctx == tried) : kNotOwned;
+  if (s == kNotOwned)
+    s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr, &o == tried); });
   if (s != kNotOwned) return to_cu(s);
   count_foreign();
   return driver()->cuMemFree_v2(ptr);
