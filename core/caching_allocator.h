@@ -132,12 +132,25 @@ class CachingAllocator {
   // A free that is immediately safe in the order of `stream` (kAnyStream:
   // the block's own; a plain free under free_sync stream): through the
   // thread's cache when it may keep the block, else as record_stream(ptr,
-  // stream) + free().  Same statuses as free().
-  Status free_cached(DevicePtr ptr, StreamId stream);
+  // stream) + free().  Same statuses as free().  `give_tried`: the caller's
+  // give_cached / give_cached_fenced(ptr) just missed on this thread, and
+  // would again (only the owner thread hands blocks out of its cache): the
+  // cache's lock is not taken a second time for it.
+  Status free_cached(DevicePtr ptr, StreamId stream, bool give_tried = false);
   // free_deferred() through the thread's cache: the block waits there for a
   // fence the thread records over a batch of its frees (thread_cache.h,
   // point (g)), else as free_deferred().  Same statuses as free().
-  Status free_cached_fenced(DevicePtr ptr);
+  Status free_cached_fenced(DevicePtr ptr, bool give_tried = false);
+  // The hits alone of free_cached(ptr, kAnyStream) and free_cached_fenced(),
+  // for a caller that does not know yet whether `ptr` is this allocator's
+  // (the shim's cuMemFree, before it asks the driver for the current
+  // context): whether the calling thread's cache handed `ptr` out and took
+  // it back.  A miss (kNotMine / false) changes nothing.  kFenceDue: kept,
+  // and the caller calls fence_cached_frees() with this allocator's context
+  // current (a fence records driver events).
+  bool give_cached(DevicePtr ptr);
+  ThreadCache::GiveFenced give_cached_fenced(DevicePtr ptr);
+  void fence_cached_frees();
   // Whether the layer is on (thread_cache_kb != 0).
   bool thread_cache_on() const { return config_.thread_cache_bytes != 0; }
   // Unique per allocator in the process (thread caches match on it).

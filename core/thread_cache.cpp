@@ -194,6 +194,10 @@ void CachingAllocator::fence_thread_batch(ThreadCache* tc) {
   fence_waiting(tc);
 }
 
+void CachingAllocator::fence_cached_frees() {
+  if (ThreadCache* tc = find_thread_cache(serial_); tc != nullptr) fence_thread_batch(tc);
+}
+
 // Both locks held: one fence over `tc`'s waiting blocks.  Where none can be
 // recorded (all of the cache's fences in flight, or the backend failed) the
 // blocks go to the core's deferred list, which has its own fallbacks; during

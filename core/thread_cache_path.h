@@ -24,11 +24,13 @@ namespace cachalloc {
   return slow && malloc_cached_slow(out, size, stream, tc);
 }
 
-[[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream) {
+[[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream, bool give_tried) {
   ThreadCache* tc = nullptr;
   if (tc_usable()) [[likely]] {
     tc = find_thread_cache(serial_);
-    if (tc != nullptr) [[likely]] {
+    if (tc != nullptr && give_tried) {
+      // straight to the locked half
+    } else if (tc != nullptr) [[likely]] {
       tc->mutex.lock();
       const bool kept = tc->give(ptr, stream);
       tc->mutex.unlock();
@@ -41,11 +43,33 @@ namespace cachalloc {
   return free_adopt(ptr, stream, tc);
 }
 
-[[gnu::always_inline]] inline Status CachingAllocator::free_cached_fenced(DevicePtr ptr) {
+[[gnu::always_inline]] inline bool CachingAllocator::give_cached(DevicePtr ptr) {
+  if (!tc_usable()) [[unlikely]] return false;
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr) [[unlikely]] return false;
+  tc->mutex.lock();
+  const bool kept = tc->give(ptr, kAnyStream);
+  tc->mutex.unlock();
+  return kept;
+}
+
+[[gnu::always_inline]] inline ThreadCache::GiveFenced CachingAllocator::give_cached_fenced(DevicePtr ptr) {
+  if (!tc_usable()) [[unlikely]] return ThreadCache::kNotMine;
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr) [[unlikely]] return ThreadCache::kNotMine;
+  tc->mutex.lock();
+  const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
+  tc->mutex.unlock();
+  return kept;
+}
+
+[[gnu::always_inline]] inline Status CachingAllocator::free_cached_fenced(DevicePtr ptr, bool give_tried) {
   ThreadCache* tc = nullptr;
   if (tc_usable()) [[likely]] {
     tc = find_thread_cache(serial_);
-    if (tc != nullptr) [[likely]] {
+    if (tc != nullptr && give_tried) {
+      // straight to the locked half
+    } else if (tc != nullptr) [[likely]] {
       tc->mutex.lock();
       const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
       tc->mutex.unlock();

@@ -67,8 +67,7 @@ void capture_abandoned(CUstream stream, bool ptsz) {
   v.erase(it);
 }
 
-bool stream_is_capturing(CUstream s, bool ptsz) {
-  if (g_captures.load(std::memory_order_relaxed) == 0) [[likely]] return false;
+bool stream_is_capturing_now(CUstream s, bool ptsz) {
   const RealDriver* d = real_driver();
   if (d->cuStreamIsCapturing == nullptr) return true;
   if (ptsz && s == nullptr) s = CU_STREAM_PER_THREAD;

@@ -35,13 +35,19 @@ void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode);
 void capture_abandoned(CUstream stream, bool ptsz);
 // After the real end on `stream` returned `result`.
 void capture_ended(CUstream stream, bool ptsz, CUresult result);
-// Whether `stream` is capturing.  An error from the driver counts as
-// capturing: the driver then sees the call and reports it.
-bool stream_is_capturing(CUstream stream, bool ptsz);
 // Whether any capture is in flight (one relaxed load).
 // Captures in flight in the process (capture_tracking.cpp).
 extern std::atomic<int> g_captures;
 inline bool capture_in_flight() { return g_captures.load(std::memory_order_relaxed) != 0; }
+// Whether `stream` is capturing.  An error from the driver counts as
+// capturing: the driver then sees the call and reports it.  Inline, the
+// common answer (no capture in flight: one load); the driver is asked out
+// of line.
+bool stream_is_capturing_now(CUstream stream, bool ptsz);
+[[gnu::always_inline]] inline bool stream_is_capturing(CUstream stream, bool ptsz) {
+  if (!capture_in_flight()) [[likely]] return false;
+  return stream_is_capturing_now(stream, ptsz);
+}
 // Whether a global- or thread-local-mode capture is in flight.
 bool strict_capture_in_flight();
 

@@ -37,23 +37,31 @@ bool is_nonblocking(StreamId id) {
 }
 
 // Stream use noted once per (context, stream) per thread in the common case:
-// the context's lock is taken only when the stream changes.
+// the context's lock is taken only when the stream changes.  The test is
+// inline, the noting out of line.
 bool stream_of_other_context(const ContextState& ctx, CUstream stream);
 
-void note_use(ContextState* ctx, StreamId id) {
-  thread_local ContextState* t_ctx = nullptr;
-  thread_local StreamId t_id = 0;
-  thread_local std::uint64_t t_generation = 0;
-  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
-  if (id == kLegacyStreamId || (t_ctx == ctx && t_id == id && t_generation == generation)) return;
+struct NotedUse {
+  ContextState* ctx = nullptr;
+  StreamId id = 0;
+  std::uint64_t generation = 0;
+};
+constinit thread_local NotedUse t_noted;
+
+[[gnu::noinline]] void note_use_now(ContextState* ctx, StreamId id, std::uint64_t generation) {
   // While a capture is in flight even a cuStreamGetFlags on the capturing
   // stream invalidates a thread-local capture (seen on the H200): note the
   // stream on a later call instead.
   if (capture_in_flight()) [[unlikely]] return;
   ctx->note_stream(id, is_nonblocking(id));
-  t_ctx = ctx;
-  t_id = id;
-  t_generation = generation;
+  t_noted = {ctx, id, generation};
+}
+
+[[gnu::always_inline]] inline void note_use(ContextState* ctx, StreamId id) {
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  const NotedUse& n = t_noted;
+  if (id == kLegacyStreamId || (n.ctx == ctx && n.id == id && n.generation == generation)) [[likely]] return;
+  note_use_now(ctx, id, generation);
 }
 
 // Frees `ptr` in whichever other context owns it (cross-context frees are
@@ -74,16 +82,22 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
 
 // An allocation for `id`: from the thread's front cache when the layer may
 // be used and no tag is current (tagged memory lives in segments of its
-// own, shim/tags.h), else from the allocator.
+// own, shim/tags.h), else from the allocator (out of line: the cache's
+// hit then keeps its values in registers).
+[[gnu::noinline]] CUresult serve_alloc_locked(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
+  DevicePtr p = 0;
+  const Status s = tagged_malloc(ctx.allocator(), &p, size, id);
+  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
+  return to_cu(s);
+}
+
 [[gnu::always_inline]] inline CUresult serve_alloc(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
   DevicePtr p = 0;
   if (thread_cache_eligible() && current_tag_is_untagged() && ctx.allocator().malloc_cached(&p, size, id)) [[likely]] {
     *out = static_cast<CUdeviceptr>(p);
     return CUDA_SUCCESS;
   }
-  const Status s = tagged_malloc(ctx.allocator(), &p, size, id);
-  if (s == kSuccess) *out = static_cast<CUdeviceptr>(p);
-  return to_cu(s);
+  return serve_alloc_locked(ctx, out, size, id);
 }
 
 // Stream-ordered free: a free on another stream than the block's waits for
@@ -101,11 +115,12 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
 // thread's cache, and so may a fenced one (it waits there for a fence the
 // thread records over a batch of its frees: core/thread_cache.h, point
 // (g)); the device rule takes the locked path.
-[[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr) {
+// `give_tried`: free_in_last_cache just missed in this context's cache.
+[[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr, bool give_tried) {
   const FreeRule rule = choose_free_rule(ctx.free_sync(), ctx);
   if (thread_cache_eligible()) [[likely]] {
-    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream);
-    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr);
+    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream, give_tried);
+    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr, give_tried);
   }
   return free_by_rule(ctx, ptr, rule);
 }
@@ -127,22 +142,29 @@ std::atomic<bool> g_pools_configured{false};
 // (thread, context, stream) until a stream is destroyed (its handle may be
 // reused).  Not while a capture is in flight: a query there can invalidate a
 // thread-local capture (seen with cuStreamGetFlags on the H200).
-bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
-  thread_local const ContextState* t_ctx = nullptr;
-  thread_local CUstream t_stream = nullptr;
-  thread_local std::uint64_t t_generation = 0;
-  thread_local bool t_other = false;
-  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
-  if (t_ctx == &ctx && t_stream == stream && t_generation == generation) [[likely]] return t_other;
+struct StreamOwner {
+  const ContextState* ctx = nullptr;
+  CUstream stream = nullptr;
+  std::uint64_t generation = 0;
+  bool other = false;
+};
+constinit thread_local StreamOwner t_stream_owner;
+
+[[gnu::noinline]] bool stream_of_other_context_now(const ContextState& ctx, CUstream stream,
+                                                   std::uint64_t generation) {
   if (capture_in_flight() || driver()->cuStreamGetCtx == nullptr) return false;
   CUcontext owner = nullptr;
   const bool other = driver()->cuStreamGetCtx(stream, &owner) == CUDA_SUCCESS && owner != ctx.context();
-  t_ctx = &ctx;
-  t_stream = stream;
-  t_generation = generation;
-  t_other = other;
+  t_stream_owner = {&ctx, stream, generation, other};
   return other;
+}
+
+bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  const StreamOwner& o = t_stream_owner;
+  if (o.ctx == &ctx && o.stream == stream && o.generation == generation) [[likely]] return o.other;
+  return stream_of_other_context_now(ctx, stream, generation);
 }
 
 }  // namespace
@@ -163,14 +185,49 @@ void note_pools_configured(const char* call) {
 RepeatOomGuard::RepeatOomGuard() { t_repeat_oom = true; }
 RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
-// do_mem_alloc and do_mem_free run inline in the exported cuMemAlloc_v2 and
-// cuMemFree_v2 (end of this file): one call frame less on every cached pair.
-[[gnu::always_inline]] inline CUresult do_mem_alloc(CUdeviceptr* out, size_t size) {
-  const Mode m = current_mode();
-  if (!serving(m)) [[unlikely]] {
-    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
-    return driver()->cuMemAlloc_v2(out, size);
+namespace {
+
+// The free of a block that the calling thread's cache handed out, served
+// without asking the driver which context is current: the thread's cache
+// for its last-used context (t_last) gives it back when that cache handed
+// `ptr` out, and then that context owns `ptr`, so the full path would have
+// reached the same give (for the current context, or through free_in_owner
+// with the owner made current; a hit makes no driver call, and a due fence
+// is recorded here with the owner made current).  Not with capture-deferred
+// frees to settle, the device rule or a capture in flight: false, nothing
+// changed, and the caller takes the full path; *tried then names the
+// context whose cache missed (its free need not look there again), or is
+// nullptr.
+[[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
+  ContextGuard guard(driver(), owner.context());
+  owner.allocator().fence_cached_frees();
+}
+
+[[gnu::always_inline]] inline bool free_in_last_cache(DevicePtr ptr, ContextState** tried) {
+  ContextState* last = detail::t_last.state;
+  if (last == nullptr || !last->alive() || last->has_deferred() || !thread_cache_eligible()) [[unlikely]]
+    return false;
+  const FreeRule rule = choose_free_rule(last->free_sync(), *last);
+  bool kept = false;
+  if (rule == FreeRule::stream) [[likely]] {
+    kept = last->allocator().give_cached(ptr);
+  } else if (rule == FreeRule::fence) {
+    const ThreadCache::GiveFenced r = last->allocator().give_cached_fenced(ptr);
+    if (r == ThreadCache::kFenceDue) [[unlikely]] fence_cached_frees_in(*last);
+    kept = r != ThreadCache::kNotMine;
+  } else {
+    return false;
   }
+  if (!kept) *tried = last;
+  return kept;
+}
+
+}  // namespace
+
+// serve_mem_alloc and serve_mem_free (the mode known to be active) run
+// inline in the exported cuMemAlloc_v2 and cuMemFree_v2 (end of this file):
+// one call frame less on every cached pair.
+[[gnu::always_inline]] inline CUresult serve_mem_alloc(CUdeviceptr* out, size_t size) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
@@ -179,20 +236,41 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
   return serve_alloc(*ctx, out, size, kUnorderedStreamId);
 }
 
-[[gnu::always_inline]] inline CUresult do_mem_free(CUdeviceptr ptr) {
+[[gnu::always_inline]] inline CUresult serve_mem_free(CUdeviceptr ptr) {
+  if (ptr == 0) return CUDA_SUCCESS;
+  ContextState* tried = nullptr;
+  if (free_in_last_cache(static_cast<DevicePtr>(ptr), &tried)) [[likely]] return CUDA_SUCCESS;
+  ContextState* ctx = current_context_state();
+  if (ctx != nullptr) settle_deferred_frees(*ctx);
+  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr, ctx == tried) : kNotOwned;
+  if (s == kNotOwned)
+    s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr, &o == tried); });
+  if (s != kNotOwned) return to_cu(s);
+  count_foreign();
+  return driver()->cuMemFree_v2(ptr);
+}
+
+// The long way, for a call outside the fast lane (process_state.h): first
+// calls, other modes, wrapper timing on.
+[[gnu::noinline]] CUresult mem_alloc_slow(CUdeviceptr* out, size_t size) {
+  WrapperTimer timer;
+  const Mode m = current_mode();
+  if (!serving(m)) [[unlikely]] {
+    if (m == Mode::exiting || driver() == nullptr) return CUDA_ERROR_DEINITIALIZED;
+    return driver()->cuMemAlloc_v2(out, size);
+  }
+  return serve_mem_alloc(out, size);
+}
+
+[[gnu::noinline]] CUresult mem_free_slow(CUdeviceptr ptr) {
+  WrapperTimer timer;
   if (ptr == 0) return CUDA_SUCCESS;
   const Mode m = current_mode();
   if (!serving(m)) [[unlikely]] {
     if (m == Mode::exiting || driver() == nullptr) return CUDA_SUCCESS;
     return driver()->cuMemFree_v2(ptr);
   }
-  ContextState* ctx = current_context_state();
-  if (ctx != nullptr) settle_deferred_frees(*ctx);
-  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr) : kNotOwned;
-  if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr); });
-  if (s != kNotOwned) return to_cu(s);
-  count_foreign();
-  return driver()->cuMemFree_v2(ptr);
+  return serve_mem_free(ptr);
 }
 
 CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz) {
@@ -303,22 +381,27 @@ void note_stream_destroying(CUstream stream) {
 
 // The exported driver entry points of the cached pair (the others are in
 // entry_points.cpp, which says what every wrapper does): counted, timed, no
-// exception crossing into C.
+// exception crossing into C.  In the fast lane (active, timing off: one
+// load) they serve inline; everything else goes the long way, timed.
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  CACHALLOC_ENTRY(cuMemAlloc_v2);
+  cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemAlloc_v2);
   try {
-    return cachalloc::shim::do_mem_alloc(dptr, bytesize);
+    if (cachalloc::shim::fast_lane()) [[likely]]
+      return cachalloc::shim::serve_mem_alloc(dptr, bytesize);
+    return cachalloc::shim::mem_alloc_slow(dptr, bytesize);
   } catch (...) {
     return CUDA_ERROR_UNKNOWN;
   }
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  CACHALLOC_ENTRY(cuMemFree_v2);
+  cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemFree_v2);
   try {
-    return cachalloc::shim::do_mem_free(dptr);
+    if (cachalloc::shim::fast_lane()) [[likely]]
+      return cachalloc::shim::serve_mem_free(dptr);
+    return cachalloc::shim::mem_free_slow(dptr);
   } catch (...) {
     return CUDA_ERROR_UNKNOWN;
   }

@@ -38,7 +38,12 @@ inline bool under_compute_sanitizer() {
 
 // The rule `policy` means for `ctx` right now.  (The rules and the stream
 // and fence frees are inline: they are on every cuMemFree.)
-inline FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
+[[gnu::always_inline]] inline FreeRule choose_free_rule(FreeSync policy, const ContextState& ctx) {
+  // The default first: one compare on every cuMemFree instead of a switch's three.
+  if (policy == FreeSync::automatic) [[likely]] {
+    if (!ctx.multi_stream()) [[likely]] return FreeRule::stream;
+    return under_compute_sanitizer() ? FreeRule::device : FreeRule::fence;
+  }
   switch (policy) {
     case FreeSync::stream:
       return FreeRule::stream;

@@ -16,6 +16,7 @@
 namespace cachalloc::shim {
 
 std::atomic<Mode> detail::g_mode{Mode::uninitialized};
+std::atomic<bool> detail::g_fast_lane{false};
 constinit obs::InterposerCounters detail::g_counters{};
 
 namespace {
@@ -29,11 +30,15 @@ Config& config_storage() {
   return *c;
 }
 
-void on_fork_child() { g_mode.store(Mode::forked, std::memory_order_relaxed); }
+void on_fork_child() {
+  detail::g_fast_lane.store(false, std::memory_order_relaxed);
+  g_mode.store(Mode::forked, std::memory_order_relaxed);
+}
 
 void on_exit() {
   // Later frees are no-ops; no driver call once exit has begun (the driver
   // may already be tearing down, and cudart's own atexit may follow).
+  detail::g_fast_lane.store(false, std::memory_order_relaxed);
   const Mode m = g_mode.load(std::memory_order_relaxed);
   if (m == Mode::active || m == Mode::passive) g_mode.store(Mode::exiting, std::memory_order_relaxed);
 }
@@ -70,7 +75,10 @@ void initialize() {
   start_observability(config_storage());
   // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
   // pluggable ABI and the control API do (load_mode.h).
-  g_mode.store(interception_wanted() ? Mode::active : Mode::passive, std::memory_order_release);
+  const Mode m = interception_wanted() ? Mode::active : Mode::passive;
+  g_mode.store(m, std::memory_order_release);
+  if (m == Mode::active && g_time_wrappers.load(std::memory_order_relaxed) == 0)
+    detail::g_fast_lane.store(true, std::memory_order_release);
 }
 
 }  // namespace

@@ -42,6 +42,17 @@ inline Mode current_mode() {
   return detail::initialize_mode();
 }
 inline bool serving(Mode m) { return m == Mode::active; }
+
+// The cached pair's entry points (driver_ops.cpp) ask one word instead of
+// the mode and the wrapper timing: true only while the mode is active and
+// timing is off.  Written with them (process_state.cpp): set once
+// initialization ends in that state, cleared before fork's child or exit
+// changes the mode.  False sends a call the long way (current_mode(),
+// WrapperTimer), which also initializes the process.
+namespace detail {
+extern std::atomic<bool> g_fast_lane;
+}  // namespace detail
+[[gnu::always_inline]] inline bool fast_lane() { return detail::g_fast_lane.load(std::memory_order_acquire); }
 // Whether the caches exist for the pluggable ABI and the control API.
 inline bool caching(Mode m) { return m == Mode::active || m == Mode::passive; }
 

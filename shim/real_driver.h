@@ -104,7 +104,7 @@ extern std::atomic<const RealDriver*> g_driver;
 const RealDriver* load_driver();
 }  // namespace detail
 // (inline: every hook asks, and after the first call it is one load)
-inline const RealDriver* real_driver() {
+[[gnu::always_inline]] inline const RealDriver* real_driver() {
   const RealDriver* d = detail::g_driver.load(std::memory_order_acquire);
   if (d != nullptr) [[likely]] return d;
   return detail::load_driver();

@@ -3,7 +3,8 @@
  * a block waiting in a thread's cache answers every query as freed memory,
  * frees from other threads, thread exit and cachalloc_empty_cache give the
  * caches' blocks back, and many threads churning small blocks never get
- * one block twice.  Each runs as a route behaviour under the shim. */
+ * one block twice; a free with another context current goes to the
+ * owner's cache.  Each runs as a route behaviour under the shim. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -174,6 +175,63 @@ static int tc_threads_churn(void) {
   return 0;
 }
 
+/* Blocks a thread's cache handed out in context c1, freed while another
+ * context is current (the shim's cuMemFree tries the cache of the thread's
+ * last-used context before asking the driver which one is current): freed
+ * in c1 and reused there.  With a non-blocking stream of c1 alive (the
+ * fence rule) the batch's fence is recorded, and the blocks wait for c1's
+ * busy stream: none is handed out again before it completes. */
+static int tc_free_other_context(void) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  enum { kBatch = 64 };
+  CUcontext c1, c2;
+  CUstream n;
+  CUdeviceptr p = 0, q = 0, r = 0, base = 0, b[kBatch], c[kBatch];
+  size_t size = 0;
+  CHECK(create != NULL);
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(create(&c2, 0, 0));
+  /* Stream rule: c1 is the thread's last context when c2 becomes current. */
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&p, 512));
+  CHECK_CU(A->mem_free(p)); /* into c1's cache */
+  CHECK_CU(A->mem_alloc(&q, 512));
+  CHECK(q == p);
+  CHECK_CU(A->ctx_set_current(c2));
+  CHECK_CU(A->mem_free(q));
+  CHECK(A->get_address_range(&base, &size, q) != CUDA_SUCCESS);
+  CHECK(A->mem_free(q) != CUDA_SUCCESS); /* freed: a second free fails */
+  CHECK_CU(A->ctx_set_current(c1));
+  CHECK_CU(A->mem_alloc(&r, 512));
+  CHECK(r == p); /* back in c1's cache */
+  CHECK_CU(A->mem_free(r));
+  /* Fence rule: a batch of blocks out of c1's cache, freed with c2 current. */
+  for (int i = 0; i < kBatch; ++i) CHECK_CU(A->mem_alloc(&b[i], 512));
+  for (int i = 0; i < kBatch; ++i) CHECK_CU(A->mem_free(b[i])); /* adopted by the cache */
+  CHECK_CU(A->stream_create(&n, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < kBatch; ++i) CHECK_CU(A->mem_alloc(&b[i], 512));
+  A->fake_hold(n, 1); /* c1's non-blocking stream is busy: fences wait for it */
+  const unsigned long records = stats().event_record;
+  CHECK_CU(A->ctx_set_current(c2));
+  for (int i = 0; i < kBatch; ++i) CHECK_CU(A->mem_free(b[i]));
+  /* The cache records its batch's fence at the free that fills it (the
+   * core, caches off, only when a miss needs the blocks). */
+  const char* conf = getenv("CACHALLOC_CONF");
+  const int caches_on = conf == NULL || strstr(conf, "thread_cache_kb:0") == NULL;
+  CHECK(!caches_on || stats().event_record > records);
+  CHECK_CU(A->ctx_set_current(c1));
+  for (int i = 0; i < kBatch; ++i) {
+    CHECK_CU(A->mem_alloc(&c[i], 512));
+    for (int j = 0; j < kBatch; ++j) CHECK(c[i] != b[j]);
+  }
+  CHECK(stats().dead_context_calls == 0);
+  A->fake_hold(n, 0);
+  for (int i = 0; i < kBatch; ++i) CHECK_CU(A->mem_free(c[i]));
+  CHECK_CU(A->stream_destroy(n));
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  return 0;
+}
+
 static const struct {
   const char* name;
   behaviour_fn run;
@@ -183,6 +241,7 @@ static const struct {
   {"tc_thread_exit_flush", tc_thread_exit_flush},
   {"tc_empty_cache_flush", tc_empty_cache_flush},
   {"tc_threads_churn", tc_threads_churn},
+  {"tc_free_other_context", tc_free_other_context},
 };
 
 behaviour_fn thread_cache_behaviour(const char* name) {
