@@ -5,7 +5,9 @@
 # cachalloc with the per-thread caches, and with them off
 # (thread_cache_kb:0), interleaved; then examples/request_server (16 host
 # threads serving requests on their own streams) bare (plain cudaMalloc, and
-# CUDA's pool through cudaMallocAsync) and under cachalloc, on and off.
+# CUDA's pool through cudaMallocAsync) and under cachalloc, on and off; in
+# between, one thread's async pairs on its own stream vs a shared one, with
+# cachalloc's time and driver calls.
 #   [ROUNDS=3] [SRV_ROUNDS=2] bench/threads_check.sh [BUILD_DIR]   (default build-gpu; configured
 #                                           and built here as run-all.sh does)
 # Prints each figure, a table of 16-thread ÷ 1-thread ratios, and
@@ -70,6 +72,19 @@ for (who, case), by_t in sorted(rates.items()):
     verdict = ("met" if ratio >= want and (rising or not case.endswith("_own")) else "missed") if who == "tc" else ""
     print(f"| {who} | {case} | {cells} | {ratio:.2f}x | {verdict} |")
 PY
+
+# One thread, async pairs, on a stream of its own vs one another thread
+# created (BENCHMARKS §4: 10.4 vs 1.3 M pairs/s on the GPU, with the caches
+# off too): the rate with cachalloc's own time and driver calls beside it,
+# to tell whether the difference is inside cachalloc or below it.
+echo "== one thread, async: own stream vs a stream another thread created"
+for m in own shared; do
+  timeout 60 env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr "$BENCH" threads threads=1 streams=$m \
+    thread_paths=async thread_reps=3 >"$out/diag-$m.log" 2>&1
+  echo "$m: $(grep -o '"pairs_per_s":[0-9.]*' "$out/diag-$m.log" | head -1) |" \
+    "$(grep -E 'cudaMallocAsync|cudaFreeAsync|cuMemAllocAsync |cuMemFreeAsync |Time inside|driver calls' "$out/diag-$m.log" |
+       tr -s ' |' ' ' | paste -sd';' -)"
+done
 
 echo "== request_server: 16 threads, own streams"
 for round in $(seq "${SRV_ROUNDS:-2}"); do
