@@ -56,7 +56,6 @@ Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
   return block != nullptr ? count_free(block) : nullptr;
 }
 
-
 // Here, not in caching_allocator.cpp: free_locked and the hold
 // (reuse_path.h) inline into them.
 Status CachingAllocator::free(DevicePtr ptr) {

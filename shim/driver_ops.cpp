@@ -187,6 +187,12 @@ RepeatOomGuard::~RepeatOomGuard() { t_repeat_oom = false; }
 
 namespace {
 
+// A due fence of the owner's thread cache, recorded with the owner current.
+[[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
+  ContextGuard guard(driver(), owner.context());
+  owner.allocator().fence_cached_frees();
+}
+
 // The free of a block that the calling thread's cache handed out, served
 // without asking the driver which context is current: the thread's cache
 // for its last-used context (t_last) gives it back when that cache handed
@@ -198,11 +204,6 @@ namespace {
 // changed, and the caller takes the full path; *tried then names the
 // context whose cache missed (its free need not look there again), or is
 // nullptr.
-[[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
-  ContextGuard guard(driver(), owner.context());
-  owner.allocator().fence_cached_frees();
-}
-
 [[gnu::always_inline]] inline bool free_in_last_cache(DevicePtr ptr, ContextState** tried) {
   ContextState* last = detail::t_last.state;
   if (last == nullptr || !last->alive() || last->has_deferred() || !thread_cache_eligible()) [[unlikely]]
