@@ -361,6 +361,7 @@ class CachingAllocator {
   void drop_backup(TagState& ts);
   void free_backup_storage(TagState& ts);
   void release_orphans();
+  bool tag_exported(TagId tag);
 
   // Expandable segments (expandable.cpp).
   Block* grow(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);

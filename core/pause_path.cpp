@@ -76,6 +76,13 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
     if (no_op != nullptr) *no_op = true;
     return kSuccess;
   }
+  if (!ts.paused && tag_exported(tag)) {
+    // An importer of an export keeps the old pages and would never see the
+    // resumed ones: refused, loudly, rather than left to diverge silently.
+    ts.failure = "a block of the tag was exported (cuMemGetHandleForAddressRange); its importers would keep the "
+                 "released pages and never see the resumed ones, so the tag cannot be paused";
+    return kInvalidValue;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   ts.failure.clear();
   release_orphans();
@@ -252,6 +259,17 @@ void CachingAllocator::drop_page(Segment* seg, std::size_t i) {
   backend_->vm_unmap(seg->base + i * seg->page, seg->page);
   if (backend_->vm_release(h) != kSuccess) orphans_.push_back(h);
   seg->handles[i] = 0;
+}
+
+// Whether a live block of the tag's segments was exported.  A freed one is
+// retained (Block::retained), never handed out again: no one in the program
+// can see its pages change, so it does not stop a pause.
+bool CachingAllocator::tag_exported(TagId tag) {
+  bool exported = false;
+  for_tag_segments(tag, [&](Segment* seg) {
+    for (const Block* b = seg->head; b != nullptr && !exported; b = b->next) exported = b->exported;
+  });
+  return exported;
 }
 
 void CachingAllocator::release_orphans() {

@@ -74,7 +74,7 @@ int pause_or_resume(const char* name, bool pause) {
       if (st != kSuccess) {
         const std::string why = a.tag_failure(id);
         obs::logger().error("{}('{}') on device {}: {} {}{}; the tag is left {}{} (docs/PAUSE.md)", what,
-                            tag_name(id), s->device(), st == kOperatingSystem ? "backup file error" : "driver error",
+                            tag_name(id), s->device(), st == kOperatingSystem ? "backup file error" : st == kInvalidValue ? "refused" : "driver error",
                             st, why.empty() ? "" : ": " + why, a.tag_paused(id) ? "paused" : "running",
                             pause ? (a.tag_paused(id) ? "" : " with its contents") : ", its backup kept for a retry");
         if (first_error == CACHALLOC_SUCCESS) first_error = st;

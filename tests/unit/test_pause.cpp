@@ -160,6 +160,31 @@ TEST_CASE("pause: freeing a paused tag's block touches no page; resume then empt
   CHECK(f.backend.live_handles() == 0);
 }
 
+TEST_CASE("pause: a tag with an exported block is refused, loudly, and runs on untouched") {
+  PauseFixture f;
+  const DevicePtr w = f.tmalloc(4 * MiB, kWeights);
+  const DevicePtr k = f.tmalloc(4 * MiB, kKv);
+  f.fill(w, 4 * MiB, 7);
+  REQUIRE(f.alloc->mark_range_exported(w, w + 4096) == 1);  // a dma-buf export of part of it
+  const std::size_t used = f.backend.used();
+  CHECK(f.pause(kWeights) == kInvalidValue);
+  CHECK_FALSE(f.alloc->tag_paused(kWeights));
+  CHECK(f.alloc->tag_failure(kWeights).find("exported") != std::string::npos);
+  CHECK(f.backend.used() == used);  // no page released
+  CHECK(f.holds(w, 4 * MiB, 7));
+  CHECK(f.tag(kWeights).pauses == 0);
+  // Another tag pauses as usual.
+  CHECK(f.pause(kKv) == kSuccess);
+  CHECK(f.resume(kKv) == kSuccess);
+  // Once the program frees it, the block is retained for the importers and
+  // never handed out again: nothing of the program can see the difference,
+  // and the tag pauses.
+  f.free(w);
+  CHECK(f.pause(kWeights) == kSuccess);
+  CHECK(f.resume(kWeights) == kSuccess);
+  f.free(k);
+}
+
 TEST_CASE("pause: the untagged tag cannot be paused; an unknown tag resumes as a no-op") {
   PauseFixture f;
   CHECK(f.pause(kUntagged) == kInvalidValue);
