@@ -443,6 +443,54 @@ static int async_other_stream(void) {
   return 0;
 }
 
+/* A thread with no current context allocates on a stream another thread
+ * created: cudart makes no context current for calls that carry a stream,
+ * and the driver serves them in the stream's context.  So does the cache:
+ * served there (no driver pool allocation, the block reused in stream
+ * order), the stream's context current during the call only. */
+struct no_context_run {
+  CUstream s;
+  CUdeviceptr p, q;
+  int ok;
+};
+
+static int no_current_context(void) {
+  PFN_cuCtxGetCurrent_v4000 get = (PFN_cuCtxGetCurrent_v4000)A->fake_raw("cuCtxGetCurrent");
+  CUcontext cur = (CUcontext)1;
+  return get != NULL && get(&cur) == CUDA_SUCCESS && cur == NULL;
+}
+
+static void* async_in_thread_without_context(void* arg) {
+  struct no_context_run* r = arg;
+  r->ok = no_current_context();
+  r->ok &= A->mem_alloc_async(&r->p, MiB, r->s) == CUDA_SUCCESS;
+  r->ok &= A->mem_free_async(r->p, r->s) == CUDA_SUCCESS;
+  r->ok &= A->mem_alloc_async(&r->q, MiB, r->s) == CUDA_SUCCESS;
+  r->ok &= no_current_context(); /* the thread's own (none) restored */
+  return NULL;
+}
+
+static int async_no_current_context(void) {
+  struct no_context_run r = {0};
+  pthread_t t;
+  CUdeviceptr again = 0;
+  CHECK_CU(A->stream_create(&r.s, 0));
+  CHECK(pthread_create(&t, NULL, async_in_thread_without_context, &r) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(r.ok);
+  CHECK(r.q == r.p);
+  struct fake_cuda_stats_t st = stats();
+  CHECK(st.mem_alloc_async == 0 && st.mem_alloc == 1); /* the cache's segment, not the driver's pool */
+  /* The block is the stream's context's: freed and reused here, where that context is current. */
+  CHECK_CU(A->mem_free_async(r.q, r.s));
+  CHECK_CU(A->mem_alloc_async(&again, MiB, r.s));
+  CHECK(again == r.p);
+  CHECK(stats().mem_alloc == 1 && stats().mem_free_async == 0);
+  CHECK_CU(A->mem_free_async(again, r.s));
+  CHECK_CU(A->stream_destroy(r.s));
+  return 0;
+}
+
 /* The per-thread default stream through the _ptsz entry points. */
 static int async_ptsz(void) {
   CUdeviceptr p = 0, q = 0;
@@ -865,6 +913,7 @@ static const struct behaviour behaviours[] = {
   {"policy_device", policy_device},
   {"async_same_stream", async_same_stream},
   {"async_other_stream", async_other_stream},
+  {"async_no_current_context", async_no_current_context},
   {"async_ptsz", async_ptsz},
   {"ptsz_fence", ptsz_fence},
   {"ptsz_threads", ptsz_threads},
