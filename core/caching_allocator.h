@@ -445,6 +445,9 @@ class CachingAllocator {
   std::size_t check_thread_caches() const;  // validate.cpp
   void orphan_thread_caches();
   ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
+  std::size_t tcs_count_ = 0;                    // how many (under mutex_)
+  std::size_t thread_fence_batch() const;        // thread_cache.cpp
+  void rebatch_thread_caches();
   const std::uint64_t serial_;
   // Whether the calling thread may use its cache now: two relaxed loads.
   // tc_events_ points at a flag that reads true while the layer must not

@@ -107,6 +107,8 @@ ThreadCache* CachingAllocator::create_thread_cache() {
     std::lock_guard lock(mutex_);
     tc->next_in_alloc = tcs_;
     tcs_ = tc;
+    ++tcs_count_;
+    rebatch_thread_caches();
     std::lock_guard tl(tc->mutex);
     reserve_ids(tc);
   }
@@ -222,8 +224,34 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
   tc->waiting = nullptr;
   tc->waiting_count = 0;
   tc->waiting_bytes = 0;
-  tc->batch = std::max(fence_batch_min(), ThreadCache::kMinBatch);
+  tc->batch = thread_fence_batch();
   return true;
+}
+
+// Frees per thread fence, under mutex_: the allocator's fence_batch_min (20
+// per driver event), at least kMinBatch, and kMinBatch more per thread cache
+// of this allocator (up to kMaxBatchThreads of them).  Every thread's fence
+// takes the allocator's lock and makes a driver call that records on all the
+// context's streams, so with T threads each fencing its own frees the fences
+// come T times as often and cost more each (one stream per thread is the
+// common arrangement): on the H100, throughput of plain pairs with each
+// thread on its own stream stopped rising after 2-4 threads (BENCHMARKS.md
+// section 4) at a batch of 64.  Scaling the batch keeps the fences per
+// second of all threads together about those of one thread.  What waits is
+// still bounded by the cache's bytes (fence_due: a quarter of its limit).
+std::size_t CachingAllocator::thread_fence_batch() const {
+  const std::size_t threads = std::clamp<std::size_t>(tcs_count_, 1, ThreadCache::kMaxBatchThreads);
+  return std::max(fence_batch_min(), ThreadCache::kMinBatch * threads);
+}
+
+// Under mutex_, when a cache comes or goes: every cache's batch from the
+// new count (a cache's fields change under its own lock).
+void CachingAllocator::rebatch_thread_caches() {
+  const std::size_t batch = thread_fence_batch();
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    std::lock_guard tl(tc->mutex);
+    tc->batch = batch;
+  }
 }
 
 // Both locks held: `tc`'s completed fences, oldest first, put their blocks
@@ -414,6 +442,8 @@ void CachingAllocator::retire_thread_cache(ThreadCache* tc) {
   for (ThreadCache** link = &tcs_; *link != nullptr; link = &(*link)->next_in_alloc)
     if (*link == tc) {
       *link = tc->next_in_alloc;
+      --tcs_count_;
+      rebatch_thread_caches();
       break;
     }
   std::lock_guard tl(tc->mutex);
@@ -431,6 +461,7 @@ void CachingAllocator::orphan_thread_caches() {
     tc->alloc = nullptr;
   }
   tcs_ = nullptr;
+  tcs_count_ = 0;
 }
 
 }  // namespace cachalloc

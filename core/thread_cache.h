@@ -161,6 +161,7 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   // frees are cheap to hold (small blocks, under a quarter of the cache) and
   // each fence costs a trip to the allocator's lock and a later poll.
   static constexpr std::size_t kMinBatch = 64;
+  static constexpr std::size_t kMaxBatchThreads = 16;  // batch: CachingAllocator::thread_fence_batch
   std::size_t batch = kMinBatch;
   // A fence is due once `batch` frees wait, or a quarter of the cache's
   // bytes (large blocks: the cache must not fill with waiting ones).

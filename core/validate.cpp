@@ -65,8 +65,9 @@ void CachingAllocator::check_held(const Block* b) const {
 //    with no recorded stream (checked in the segment walk).
 // Returns how many blocks the caches own.
 std::size_t CachingAllocator::check_thread_caches() const {
-  std::size_t owned = 0;
+  std::size_t owned = 0, caches = 0;
   for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    ++caches;
     check(tc->alloc == this && tc->alloc_serial == serial_, "thread cache of another allocator", 0);
     std::size_t cached = 0, cached_bytes = 0, out_bytes = 0;
     for (std::size_t i = 0; i < ThreadCache::kBins; ++i)
@@ -108,6 +109,7 @@ std::size_t CachingAllocator::check_thread_caches() const {
     check(tc->next_id <= tc->id_end && tc->id_end <= next_id_ + 1, "thread cache ids outside its reservation", 0);
     owned += cached + tc->out_count();
   }
+  check(caches == tcs_count_, "thread cache count disagrees with the list", 0);
   return owned;
 }
 

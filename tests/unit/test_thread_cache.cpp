@@ -447,6 +447,40 @@ TEST_CASE("a fenced free waits in the thread's cache: freed for the program, reu
   CHECK(f.stats().deferred_free_bytes.current == 0);
 }
 
+// Fenced pairs until the thread records a fence: how many frees that took.
+std::size_t frees_until_fence(AllocFixture& f, ReuseOracle& oracle) {
+  const std::size_t records = f.backend.fence_records;
+  std::size_t frees = 0;
+  while (f.backend.fence_records == records) {
+    fenced_free(f, oracle, checked_malloc(f, oracle, 1000), 1024);
+    REQUIRE(++frees <= 4 * ThreadCache::kMinBatch);
+  }
+  return frees;
+}
+
+TEST_CASE("a thread's fence batch grows with the threads that have caches, and shrinks as they go") {
+  AllocFixture f;
+  ReuseOracle oracle{f.backend};
+  std::atomic<int> stage{0};
+  std::thread other([&] {  // a second cache of this allocator, alive until stage 2
+    const DevicePtr p = f.malloc(512, kS);
+    REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  fenced_free(f, oracle, f.malloc(1000, kS), 1024);  // this thread's cache: two now
+  CHECK(frees_until_fence(f, oracle) + 1 == 2 * ThreadCache::kMinBatch);
+  stage = 2;
+  other.join();  // its cache retired: one left
+  f.alloc->validate();
+  f.backend.complete_all_events();
+  CHECK(frees_until_fence(f, oracle) == ThreadCache::kMinBatch);
+  f.backend.complete_all_events();
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+}
+
 TEST_CASE("a fence is due after a quarter of the cache's bytes wait, for large blocks") {
   Config cfg;
   cfg.thread_cache_bytes = 256 * KiB;  // a quarter: one 64 KiB block
