@@ -17,35 +17,37 @@ CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
 // Every driver call the cache makes, timed into the dump's ns_in_driver
 // when it is made inside a timed wrapper (process_state.h).
 template <class Fn, class... Args>
-CUresult call(Fn fn, Args... args) {
-  DriverTimer timed;
+CUresult call(obs::DriverCall which, Fn fn, Args... args) {
+  DriverTimer timed(which);
   return fn(args...);
 }
+// CALL(cuEventRecord, e, s): d_->cuEventRecord(e, s), timed and counted under its name.
+#define CALL(name, ...) call(obs::DriverCall::name, d_->name __VA_OPT__(, ) __VA_ARGS__)
 
 }  // namespace
 
 Status CudaBackend::segment_alloc(std::size_t size, DevicePtr* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   CUdeviceptr p = 0;
-  CUresult r = call(d_->cuMemAlloc_v2, &p, size);
+  CUresult r = CALL(cuMemAlloc_v2, &p, size);
   if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
   return status(r);
 }
 
 Status CudaBackend::segment_free(DevicePtr ptr) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(call(d_->cuMemFree_v2, static_cast<CUdeviceptr>(ptr)));
+  return status(CALL(cuMemFree_v2, static_cast<CUdeviceptr>(ptr)));
 }
 
 Status CudaBackend::mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(call(d_->cuMemGetInfo_v2, free_bytes, total_bytes));
+  return status(CALL(cuMemGetInfo_v2, free_bytes, total_bytes));
 }
 
 Status CudaBackend::event_create(EventId* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   CUevent e = nullptr;
-  CUresult r = call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING);
+  CUresult r = CALL(cuEventCreate, &e, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) *out = reinterpret_cast<EventId>(e);
   return status(r);
 }
@@ -59,7 +61,7 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
   if (obs::logger().should_log(spdlog::level::trace))
     obs::logger().trace("record event {} on stream {}", static_cast<const void*>(as_event(event)),
                         static_cast<const void*>(s));
-  return status(call(d_->cuEventRecord, as_event(event), s));
+  return status(CALL(cuEventRecord, as_event(event), s));
 }
 
 // cuEventQuery is an unsafe call during a global/thread-local capture (it
@@ -68,22 +70,22 @@ Status CudaBackend::event_query(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   std::shared_lock gate(capture_gate());
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
-  return status(call(d_->cuEventQuery, as_event(event)));
+  return status(CALL(cuEventQuery, as_event(event)));
 }
 
 Status CudaBackend::event_synchronize(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(call(d_->cuEventSynchronize, as_event(event)));
+  return status(CALL(cuEventSynchronize, as_event(event)));
 }
 
 Status CudaBackend::event_destroy(EventId event) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(call(d_->cuEventDestroy_v2, as_event(event)));
+  return status(CALL(cuEventDestroy_v2, as_event(event)));
 }
 
 Status CudaBackend::synchronize_device() {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  return status(call(d_->cuCtxSynchronize));
+  return status(CALL(cuCtxSynchronize));
 }
 
 Status CudaBackend::stream_wait_event(StreamId stream, EventId event) {
@@ -91,7 +93,7 @@ Status CudaBackend::stream_wait_event(StreamId stream, EventId event) {
   CUstream s = nullptr;
   if (d_->cuStreamWaitEvent == nullptr) return kNotSupported;
   if (!to_cu_stream(stream, &s)) return kInvalidValue;
-  return status(call(d_->cuStreamWaitEvent, s, as_event(event), 0));
+  return status(CALL(cuStreamWaitEvent, s, as_event(event), 0));
 }
 
 CudaBackend::Fence* CudaBackend::take_fence() {
@@ -105,14 +107,14 @@ CudaBackend::Fence* CudaBackend::take_fence() {
 bool CudaBackend::reserve_event(Fence* f) {
   if (f->used < f->events.size()) return true;
   CUevent e = nullptr;
-  if (call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  if (CALL(cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
   f->events.push_back(e);
   return true;
 }
 
 // Records the fence's next event on `stream`.
 bool CudaBackend::record_on(Fence* f, CUstream stream) {
-  if (!reserve_event(f) || call(d_->cuEventRecord, f->events[f->used], stream) != CUDA_SUCCESS) return false;
+  if (!reserve_event(f) || CALL(cuEventRecord, f->events[f->used], stream) != CUDA_SUCCESS) return false;
   ++f->used;
   return true;
 }
@@ -126,7 +128,7 @@ bool CudaBackend::record_on(Fence* f, CUstream stream) {
 int CudaBackend::record_context_wide(Fence* f) {
   if (ctx_ == nullptr || d_->cuCtxRecordEvent == nullptr || context_wide_refused_) return 0;
   if (!reserve_event(f)) return -1;
-  const CUresult r = call(d_->cuCtxRecordEvent, ctx_, f->events[f->used]);
+  const CUresult r = CALL(cuCtxRecordEvent, ctx_, f->events[f->used]);
   if (r == CUDA_SUCCESS) {
     ++f->used;
     return 1;
@@ -146,7 +148,7 @@ int CudaBackend::record_context_wide(Fence* f) {
 bool CudaBackend::cover(Fence* f, CUstream stream, int* queries) {
   if (d_->cuStreamQuery != nullptr) {
     ++*queries;
-    if (call(d_->cuStreamQuery, stream) == CUDA_SUCCESS) return true;
+    if (CALL(cuStreamQuery, stream) == CUDA_SUCCESS) return true;
   }
   return record_on(f, stream);  // busy, or the query failed: an event decides
 }
@@ -190,7 +192,7 @@ Status CudaBackend::fence_query(FenceId fence) {
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {
-    const CUresult r = call(d_->cuEventQuery, f->events[f->done]);
+    const CUresult r = CALL(cuEventQuery, f->events[f->done]);
     if (r != CUDA_SUCCESS) return status(r);
     ++f->done;
   }
@@ -203,7 +205,7 @@ Status CudaBackend::fence_synchronize(FenceId fence) {
   if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   while (f->done < f->used) {
-    const CUresult r = call(d_->cuEventSynchronize, f->events[f->done]);
+    const CUresult r = CALL(cuEventSynchronize, f->events[f->done]);
     if (r != CUDA_SUCCESS) return status(r);
     ++f->done;
   }
@@ -222,7 +224,7 @@ Status CudaBackend::fence_join(FenceId fence) {
   if (capture_in_flight()) [[unlikely]] return kNotReady;
   auto* f = reinterpret_cast<Fence*>(fence);
   for (std::size_t i = f->done; i < f->used; ++i) {
-    const CUresult r = call(d_->cuCtxWaitEvent, ctx_, f->events[i]);
+    const CUresult r = CALL(cuCtxWaitEvent, ctx_, f->events[i]);
     if (r == CUDA_SUCCESS) continue;
     if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return kNotReady;
     join_refused_ = true;
@@ -260,14 +262,14 @@ Status CudaBackend::vm_granularity(std::size_t* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemGetAllocationGranularity == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
-  return status(call(d_->cuMemGetAllocationGranularity, out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  return status(CALL(cuMemGetAllocationGranularity, out, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 }
 
 Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressReserve == nullptr) return kNotSupported;
   CUdeviceptr p = 0;
-  CUresult r = call(d_->cuMemAddressReserve, &p, size, 0, 0, 0);
+  CUresult r = CALL(cuMemAddressReserve, &p, size, 0, 0, 0);
   if (r == CUDA_SUCCESS) *out = static_cast<DevicePtr>(p);
   return status(r);
 }
@@ -275,7 +277,7 @@ Status CudaBackend::vm_reserve(std::size_t size, DevicePtr* out) {
 Status CudaBackend::vm_release_range(DevicePtr base, std::size_t size) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemAddressFree == nullptr) return kNotSupported;
-  return status(call(d_->cuMemAddressFree, static_cast<CUdeviceptr>(base), size));
+  return status(CALL(cuMemAddressFree, static_cast<CUdeviceptr>(base), size));
 }
 
 Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
@@ -283,12 +285,12 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
   if (d_->cuMemCreate == nullptr) return kNotSupported;
   CUmemAllocationProp prop = allocation_prop();
   CUmemGenericAllocationHandle h = 0;
-  CUresult r = call(d_->cuMemCreate, &h, size, &prop, 0);
+  CUresult r = CALL(cuMemCreate, &h, size, &prop, 0);
   if ((r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) && handle_type_ == HandleType::automatic &&
       !plain_handles_) {
     plain_handles_ = true;  // this driver or device cannot share: plain handles from now on
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    r = call(d_->cuMemCreate, &h, size, &prop, 0);
+    r = CALL(cuMemCreate, &h, size, &prop, 0);
   }
   if (r == CUDA_SUCCESS) *out = static_cast<MemHandle>(h);
   return status(r);
@@ -297,21 +299,21 @@ Status CudaBackend::vm_create(std::size_t size, MemHandle* out) {
 Status CudaBackend::vm_release(MemHandle handle) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemRelease == nullptr) return kNotSupported;
-  return status(call(d_->cuMemRelease, static_cast<CUmemGenericAllocationHandle>(handle)));
+  return status(CALL(cuMemRelease, static_cast<CUmemGenericAllocationHandle>(handle)));
 }
 
 // Mapping also grants this device read/write access, as the core expects.
 Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemMap == nullptr || d_->cuMemSetAccess == nullptr) return kNotSupported;
-  CUresult r = call(d_->cuMemMap, static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  CUresult r = CALL(cuMemMap, static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
   if (r != CUDA_SUCCESS) return status(r);
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = call(d_->cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1);
-  if (r != CUDA_SUCCESS) call(d_->cuMemUnmap, static_cast<CUdeviceptr>(at), size);
+  r = CALL(cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1);
+  if (r != CUDA_SUCCESS) CALL(cuMemUnmap, static_cast<CUdeviceptr>(at), size);
   return status(r);
 }
 
@@ -324,13 +326,13 @@ Status CudaBackend::vm_set_access(DevicePtr at, std::size_t size, int device, bo
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  return status(call(d_->cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1));
+  return status(CALL(cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1));
 }
 
 Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemUnmap == nullptr) return kNotSupported;
-  return status(call(d_->cuMemUnmap, static_cast<CUdeviceptr>(at), size));
+  return status(CALL(cuMemUnmap, static_cast<CUdeviceptr>(at), size));
 }
 
 // ---- pause backups ----
@@ -338,18 +340,18 @@ Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
 Status CudaBackend::host_alloc(std::size_t size, void** out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemHostAlloc == nullptr) return kNotSupported;
-  return status(call(d_->cuMemHostAlloc, out, size, 0u));
+  return status(CALL(cuMemHostAlloc, out, size, 0u));
 }
 
 void CudaBackend::host_free(void* ptr) {
   if (detached() || d_->cuMemFreeHost == nullptr) return;
-  call(d_->cuMemFreeHost, ptr);
+  CALL(cuMemFreeHost, ptr);
 }
 
 Status CudaBackend::copy_stream(CUstream* out) {
   if (copy_stream_ == nullptr) {
     if (d_->cuStreamCreate == nullptr) return kNotSupported;
-    const CUresult r = call(d_->cuStreamCreate, &copy_stream_, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+    const CUresult r = CALL(cuStreamCreate, &copy_stream_, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
     if (r != CUDA_SUCCESS) return status(r);
   }
   *out = copy_stream_;
@@ -361,7 +363,7 @@ Status CudaBackend::copy_to_host_async(void* dst, DevicePtr src, std::size_t siz
   if (d_->cuMemcpyDtoHAsync_v2 == nullptr) return kNotSupported;
   CUstream s = nullptr;
   if (const Status st = copy_stream(&s); st != kSuccess) return st;
-  return status(call(d_->cuMemcpyDtoHAsync_v2, dst, static_cast<CUdeviceptr>(src), size, s));
+  return status(CALL(cuMemcpyDtoHAsync_v2, dst, static_cast<CUdeviceptr>(src), size, s));
 }
 
 Status CudaBackend::copy_to_device_async(DevicePtr dst, const void* src, std::size_t size) {
@@ -369,14 +371,14 @@ Status CudaBackend::copy_to_device_async(DevicePtr dst, const void* src, std::si
   if (d_->cuMemcpyHtoDAsync_v2 == nullptr) return kNotSupported;
   CUstream s = nullptr;
   if (const Status st = copy_stream(&s); st != kSuccess) return st;
-  return status(call(d_->cuMemcpyHtoDAsync_v2, static_cast<CUdeviceptr>(dst), src, size, s));
+  return status(CALL(cuMemcpyHtoDAsync_v2, static_cast<CUdeviceptr>(dst), src, size, s));
 }
 
 Status CudaBackend::copy_synchronize() {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (copy_stream_ == nullptr) return kSuccess;  // nothing was copied
   if (d_->cuStreamSynchronize == nullptr) return kNotSupported;
-  return status(call(d_->cuStreamSynchronize, copy_stream_));
+  return status(CALL(cuStreamSynchronize, copy_stream_));
 }
 
 }  // namespace cachalloc::shim

@@ -12,21 +12,23 @@ namespace {
 Status status(CUresult r) { return static_cast<Status>(r); }
 
 template <class Fn, class... Args>
-CUresult call(Fn fn, Args... args) {
-  DriverTimer timed;
+CUresult call(obs::DriverCall which, Fn fn, Args... args) {
+  DriverTimer timed(which);
   return fn(args...);
 }
+// CALL(cuEventRecord, e, s): d_->cuEventRecord(e, s), timed and counted under its name.
+#define CALL(name, ...) call(obs::DriverCall::name, d_->name __VA_OPT__(, ) __VA_ARGS__)
 
 }  // namespace
 
 Status CudaHostBackend::host_alloc(std::size_t size, unsigned flags, void** out) {
   if (d_->cuMemHostAlloc == nullptr) return kNotSupported;
-  return status(call(d_->cuMemHostAlloc, out, size, flags));
+  return status(CALL(cuMemHostAlloc, out, size, flags));
 }
 
 Status CudaHostBackend::host_free(void* ptr) {
   if (d_->cuMemFreeHost == nullptr) return kNotSupported;
-  return status(call(d_->cuMemFreeHost, ptr));
+  return status(CALL(cuMemFreeHost, ptr));
 }
 
 // One event of `ctx` (current) recorded on `stream`, from the spares first.
@@ -36,10 +38,10 @@ bool CudaHostBackend::record(Fence* f, ContextState* ctx, CUstream stream) {
   if (!spares.empty()) {
     e = spares.back();
     spares.pop_back();
-  } else if (call(d_->cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+  } else if (CALL(cuEventCreate, &e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return false;
   }
-  if (call(d_->cuEventRecord, e, stream) != CUDA_SUCCESS) {
+  if (CALL(cuEventRecord, e, stream) != CUDA_SUCCESS) {
     spares.push_back(e);
     return false;
   }
@@ -55,7 +57,7 @@ bool CudaHostBackend::cover_context(Fence* f, ContextState* ctx) {
   return ctx->nonblocking_streams().for_each_locked([&](StreamId id) {
     CUstream s = nullptr;
     if (!to_cu_stream(id, &s)) return true;
-    if (d_->cuStreamQuery != nullptr && call(d_->cuStreamQuery, s) == CUDA_SUCCESS) return true;
+    if (d_->cuStreamQuery != nullptr && CALL(cuStreamQuery, s) == CUDA_SUCCESS) return true;
     return record(f, ctx, s);
   });
 }
@@ -89,7 +91,7 @@ Status CudaHostBackend::wait_marks(Fence* f, bool block) {
   while (f->done < f->marks.size()) {
     const Mark& m = f->marks[f->done];
     if (m.ctx->alive()) {
-      const CUresult r = block ? call(d_->cuEventSynchronize, m.event) : call(d_->cuEventQuery, m.event);
+      const CUresult r = block ? CALL(cuEventSynchronize, m.event) : CALL(cuEventQuery, m.event);
       if (r != CUDA_SUCCESS) return status(r);
     }
     ++f->done;

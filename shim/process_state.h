@@ -121,19 +121,21 @@ class WrapperTimer {
 // cuMemAlloc costs what it costs under any allocator).
 class DriverTimer {
  public:
-  DriverTimer() : on_(detail::t_in_timed_wrapper) {
+  explicit DriverTimer(obs::DriverCall which) : on_(detail::t_in_timed_wrapper), which_(which) {
     if (on_) start_ = std::chrono::steady_clock::now();
   }
   ~DriverTimer() {
     if (!on_) return;
     counters().ns_in_driver.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
     counters().driver_calls.fetch_add(1, std::memory_order_relaxed);
+    counters().driver_calls_by[static_cast<int>(which_)].fetch_add(1, std::memory_order_relaxed);
   }
   DriverTimer(const DriverTimer&) = delete;
   DriverTimer& operator=(const DriverTimer&) = delete;
 
  private:
   bool on_;
+  obs::DriverCall which_;
   std::chrono::steady_clock::time_point start_{};
 };
 

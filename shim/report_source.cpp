@@ -40,6 +40,8 @@ void copy_counters(obs::ProcessReport* report) {
   report->ns_inside = c.ns_inside.load(std::memory_order_relaxed);
   report->ns_in_driver = c.ns_in_driver.load(std::memory_order_relaxed);
   report->driver_calls = c.driver_calls.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < report->driver_calls_by.size(); ++i)
+    report->driver_calls_by[i] = c.driver_calls_by[i].load(std::memory_order_relaxed);
 }
 
 }  // namespace

@@ -289,7 +289,9 @@ def summarize_dump(dump):
     return {"calls": calls, "ns_inside": int(inter.get("ns_inside", 0)),
             "ns_in_driver": int(inter.get("ns_in_driver", 0)), "frees": frees,
             "driver_calls": dcalls, "driver_call_counters": used, "reserved_peak": peak_reserved,
-            "fences": fence_stats(dump)}
+            "fences": fence_stats(dump),
+            # which driver functions (dumps that split interposer.driver_calls)
+            "driver_calls_by": {k: int(v) for k, v in (inter.get("driver_calls_by") or {}).items()}}
 
 
 def per_call(s):
@@ -310,6 +312,8 @@ def diff_summary(a, b):
     out["reserved_peak"] = b["reserved_peak"]
     fa, fb = a.get("fences", {}), b.get("fences", {})
     out["fences"] = {k: (v - fa.get(k, 0) if k.startswith("num_") else v) for k, v in fb.items()}
+    ba, bb = a.get("driver_calls_by") or {}, b.get("driver_calls_by") or {}
+    out["driver_calls_by"] = {k: v - ba.get(k, 0) for k, v in bb.items() if v - ba.get(k, 0)}
     return out
 
 

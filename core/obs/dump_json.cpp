@@ -30,6 +30,11 @@ void interposer_object(JsonWriter& w, const ProcessReport& r) {
   w.field("ns_inside", r.ns_inside);
   w.field("ns_in_driver", r.ns_in_driver);
   w.field("driver_calls", r.driver_calls);
+  w.key("driver_calls_by");  // only the functions called
+  w.begin_object();
+  for (int i = 0; i < static_cast<int>(DriverCall::count); ++i)
+    if (r.driver_calls_by[i] != 0) w.field(driver_call_name(static_cast<DriverCall>(i)), r.driver_calls_by[i]);
+  w.end_object();
   w.end_object();
 }
 

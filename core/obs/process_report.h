@@ -40,6 +40,33 @@ const char* entry_name(Entry e);
 enum class Passthrough : int { capture, foreign_pointer, count };
 const char* passthrough_name(Passthrough p);
 
+// The driver calls the cache itself makes (shim/cuda_backend.cpp,
+// cuda_host_backend.cpp), counted by function in the dump: which ones a
+// program's "driver calls per free" are (fences and their joins, segments,
+// expandable segments' page maps) without a profiler.
+#define CACHALLOC_DRIVER_CALLS(X)                                                                   \
+  X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuEventCreate) X(cuEventRecord)           \
+  X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2) X(cuCtxSynchronize)                  \
+  X(cuStreamWaitEvent) X(cuCtxRecordEvent) X(cuStreamQuery) X(cuCtxWaitEvent)                      \
+  X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)     \
+  X(cuMemRelease) X(cuMemMap) X(cuMemSetAccess) X(cuMemUnmap) X(cuMemHostAlloc) X(cuMemFreeHost) \
+  X(cuStreamCreate) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuStreamSynchronize)
+enum class DriverCall : int {
+#define CACHALLOC_X(name) name,
+  CACHALLOC_DRIVER_CALLS(CACHALLOC_X)
+#undef CACHALLOC_X
+  count
+};
+inline const char* driver_call_name(DriverCall c) {
+  static constexpr const char* kNames[] = {
+#define CACHALLOC_X(name) #name,
+      CACHALLOC_DRIVER_CALLS(CACHALLOC_X)
+#undef CACHALLOC_X
+  };
+  const int i = static_cast<int>(c);
+  return i >= 0 && i < static_cast<int>(DriverCall::count) ? kNames[i] : "?";
+}
+
 // Updated with relaxed atomics; read once at exit.  The per-entry call
 // counts are kept per thread by the shim (shim/thread_counts.h): they are
 // on every call's path.
@@ -52,6 +79,7 @@ struct InterposerCounters {
   // is left is cachalloc's own time.
   std::atomic<std::uint64_t> ns_in_driver{0};
   std::atomic<std::uint64_t> driver_calls{0};
+  std::array<std::atomic<std::uint64_t>, static_cast<int>(DriverCall::count)> driver_calls_by{};  // of driver_calls
 
   void count(Passthrough p) { passthrough[static_cast<int>(p)].fetch_add(1, std::memory_order_relaxed); }
 };
@@ -94,6 +122,7 @@ struct ProcessReport {
   std::uint64_t ns_inside = 0;
   std::uint64_t ns_in_driver = 0;      // part of ns_inside spent in driver calls
   std::uint64_t driver_calls = 0;      // the driver calls counted in ns_in_driver
+  std::array<std::uint64_t, static_cast<int>(DriverCall::count)> driver_calls_by{};  // the same, by function
   std::vector<RepeatedOom> repeated_ooms;  // ProcessObserver::repeated_ooms()
   // The pinned host cache (core/host_cache.h), when the process used it.
   bool has_host = false;

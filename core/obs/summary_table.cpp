@@ -186,6 +186,10 @@ std::string interposer_section(const ProcessReport& r) {
   }
   value_row(out, " Time inside cachalloc", duration(r.ns_inside));
   value_row(out, fmt::format("   of which in {} driver calls", r.driver_calls), duration(r.ns_in_driver));
+  for (int i = 0; i < static_cast<int>(DriverCall::count); ++i)
+    if (r.driver_calls_by[i] != 0)
+      value_row(out, fmt::format("     {}", driver_call_name(static_cast<DriverCall>(i))),
+                std::to_string(r.driver_calls_by[i]));
   out += rule('=');
   return out;
 }
