@@ -156,6 +156,13 @@ bool set_thread_cache(std::string_view v, Config& c) {
   return true;
 }
 
+bool set_fence_join_frees(std::string_view v, Config& c) {
+  const auto n = parse_uint(v);
+  if (!n || *n < 1 || *n > 1'000'000) return false;
+  c.fence_join_frees = static_cast<std::size_t>(*n);
+  return true;
+}
+
 bool set_gc_threshold(std::string_view v, Config& c) {
   const auto x = parse_real(v);
   if (!x || !(*x > 0.0 && *x < 1.0)) return false;
@@ -273,6 +280,7 @@ constexpr KeyHandler kHandlers[] = {
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
     {"fence_join", set_fence_join, false, "true or false"},
     {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
+    {"fence_join_frees", set_fence_join_frees, false, "an integer number of frees from 1 to 1000000"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
@@ -462,6 +470,7 @@ std::string Config::to_string() const {
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
   append(out, "fence_join", fence_join ? "true" : "false");
   append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));
+  append(out, "fence_join_frees", std::to_string(fence_join_frees));
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));

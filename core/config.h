@@ -52,6 +52,13 @@ struct Config {
   // bound_waiting).  kUnlimited: only misses join.
   static constexpr std::size_t kDefaultFenceWaitMax = std::size_t{64} << 20;
   std::size_t fence_wait_max = kDefaultFenceWaitMax;
+  // Frees that must wait before a join (past fence_wait_max, or at a small
+  // request's miss): a join is two driver calls (an event recorded for the
+  // whole context and the context's wait for it), so 20 keeps joins at 0.1
+  // driver calls per free at most.  More: fewer calls, more bytes waiting
+  // between joins (docs/BENCHMARKS.md section 5 has the curve).
+  static constexpr std::size_t kDefaultFenceJoinFrees = 20;
+  std::size_t fence_join_frees = kDefaultFenceJoinFrees;
   // --- pinned host memory (core/host_cache.h, docs/HOST.md) ---
   // Bytes of freed pinned blocks kept for reuse; 0 turns the host cache off
   // (cuMemHostAlloc and friends go to the driver unchanged).  On by

@@ -65,7 +65,7 @@ Status CachingAllocator::defer_live(Block* block) {
 // deferred_bytes_limit(), to be reclaimed by a later miss.
 void CachingAllocator::bound_waiting() {
   const std::size_t waiting = deferred_bytes_ + fenced_bytes_;
-  const bool amortized = deferred_count_ + fenced_count_ >= kFreesPerFenceEvent || waiting / 4 > config_.fence_wait_max;
+  const bool amortized = deferred_count_ + fenced_count_ >= config_.fence_join_frees || waiting / 4 > config_.fence_wait_max;
   if (waiting > config_.fence_wait_max && amortized && joins_possible_ && backend_->fence_join_supported() &&
       join_fences())
     return;
@@ -244,7 +244,7 @@ Block* CachingAllocator::wait_for_fenced(BlockPool& pool, std::size_t size, Stre
 // oldest fence instead, wait_for_fenced).
 Block* CachingAllocator::join_waiting(BlockPool& pool, std::size_t size, StreamId stream) {
   if (!joins_possible_) return nullptr;
-  if (pool.small && (deferred_count_ + fenced_count_ < kFreesPerFenceEvent || deferred_bytes_ + fenced_bytes_ < size))
+  if (pool.small && (deferred_count_ + fenced_count_ < config_.fence_join_frees || deferred_bytes_ + fenced_bytes_ < size))
     return nullptr;
   if (!backend_->fence_join_supported()) {  // asked before a fence is recorded for nothing
     joins_possible_ = false;

@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -199,6 +199,15 @@ TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; 1024 MiB by defau
   CHECK(parse_error("pinned_max_cached:8") ==
         std::string("CACHALLOC_CONF: unknown key 'pinned_max_cached' (did you mean 'pinned_max_cached_mb'?); "
                     "known keys: ") + kKnownKeys);
+}
+
+TEST_CASE("fence_join_frees: 1 to 1000000 frees; 20 by default", "[config]") {
+  CHECK(Config{}.fence_join_frees == 20);
+  CHECK(parse_ok("fence_join_frees:40").fence_join_frees == 40);
+  CHECK(parse_error("fence_join_frees:0") ==
+        "CACHALLOC_CONF: fence_join_frees: '0' is not valid; expected an integer number of frees from 1 to 1000000");
+  CHECK_FALSE(parse_error("fence_join_frees:1000001").empty());
+  CHECK(parse_ok(parse_ok("fence_join_frees:33").to_string()).fence_join_frees == 33);
 }
 
 TEST_CASE("fence_wait_max_mb: MiB or unlimited; 64 MiB by default", "[config]") {
@@ -402,7 +411,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
