@@ -79,6 +79,22 @@ BASELINE_OF = {"cachalloc": "native", "cachalloc_expandable": "native_expandable
                "cachalloc_expandable_w256": "native_expandable"}
 
 
+
+def config_label(c):
+    """A configuration's label; 'base+key:value' (run_bench.split_config) adds
+    the CACHALLOC_CONF entries to the base's."""
+    base, *extra = c.split("+")
+    return ", ".join([CONFIG_LABEL.get(base, base)] + extra)
+
+
+def baseline_of(c):
+    return BASELINE_OF.get(c.split("+")[0])
+
+
+def config_order(c):
+    base = c.split("+")[0]
+    return (CONFIG_ORDER.index(base) if base in CONFIG_ORDER else 99, c)
+
 # --- numbers --------------------------------------------------------------------------------
 
 class Stat:
@@ -389,7 +405,7 @@ class Programs:
 
     def configs(self, program):
         cs = {k[1] for k in self.by if k[0] == program}
-        return sorted(cs, key=lambda c: CONFIG_ORDER.index(c) if c in CONFIG_ORDER else 99)
+        return sorted(cs, key=config_order)
 
     def step(self, p, c):
         return Stat([r.get("step_ms_median") for r in self.by.get((p, c), [])])
@@ -439,11 +455,11 @@ def programs_tables(pr):
         rows = []
         for c in pr.configs(p):
             st, pk = pr.step(p, c), pr.peak(p, c)
-            base = BASELINE_OF.get(c)
+            base = baseline_of(c)
             ratio = "—"
             if base and pr.step(p, base):
                 ratio = f"{st.median / pr.step(p, base).median:.3f}×"
-            rows.append([CONFIG_LABEL.get(c, c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
+            rows.append([config_label(c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
                          fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          fmt_stat(pr.ns_own_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—",

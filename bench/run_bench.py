@@ -380,14 +380,26 @@ CACHALLOC_CONF_OF = {"cachalloc_expandable": ["expandable_segments:true"],
                      "cachalloc_expandable_w256": ["expandable_segments:true", "fence_wait_max_mb:256"]}
 
 
+def split_config(config):
+    """'cachalloc_expandable+fence_wait_max_mb:128+thread_cache_kb:0' -> the base
+    configuration and CACHALLOC_CONF entries added to it (curves and bisections
+    without a new CONFIG_ENV entry per point)."""
+    base, *extra = config.split("+")
+    if base not in CONFIG_ENV or (extra and not base.startswith("cachalloc")):
+        raise SystemExit(f"run_bench: unknown program configuration {config!r} "
+                         f"(known: {', '.join(CONFIG_ENV)}; cachalloc ones may add +key:value)")
+    return base, extra
+
+
 def config_env(a, config, stats_path):
-    env = dict(CONFIG_ENV[config])
+    base, extra = split_config(config)
+    env = dict(CONFIG_ENV[base])
     if config.startswith("cachalloc"):
-        conf = CACHALLOC_CONF_OF.get(config, []) + [f"stats:{stats_path}"]
+        conf = CACHALLOC_CONF_OF.get(base, []) + extra + [f"stats:{stats_path}"]
         env["CACHALLOC_CONF"] = ",".join(conf)
         if a.dry_run:
             pass
-        elif config == "cachalloc_pluggable":
+        elif base == "cachalloc_pluggable":
             env["BENCH_CACHALLOC_PLUGGABLE"] = a.shim
             env["BENCH_CACHALLOC_MODULE"] = a.module_dir or os.path.join(os.path.dirname(os.path.dirname(a.shim)),
                                                                          "python")
@@ -465,6 +477,8 @@ def programs_section(a, p, raw, budget, until):
         if not a.shim:
             raw["programs"]["notes"].append("libcachalloc.so not built: only the native configurations run")
     configs = [c for c in (a.configs or p["configs"]).split(",") if c]
+    for c in configs:
+        split_config(c)  # an unknown one stops the run here, not after a round
     if not a.shim and not a.dry_run:
         configs = [c for c in configs if not c.startswith("cachalloc")]
     args = ["--phases", a.phases or p["phases"], "--steps", str(p["steps"]), "--warmup", str(p["warmup"]),
