@@ -128,6 +128,9 @@ class CachingAllocator {
   // Per-thread front cache (thread_cache.h).  malloc_cached: true (and *out
   // set) when the calling thread's cache had a block of the request's
   // rounded size on `stream`; false changes nothing (call malloc()).
+  // kMaySlow false: the hit alone, no locked half (which may make driver
+  // calls: the shim's caller without a current context, driver_ops.cpp).
+  template <bool kMaySlow = true>
   bool malloc_cached(DevicePtr* out, std::size_t size, StreamId stream);
   // A free that is immediately safe in the order of `stream` (kAnyStream:
   // the block's own; a plain free under free_sync stream): through the
@@ -147,8 +150,9 @@ class CachingAllocator {
   // context): whether the calling thread's cache handed `ptr` out and took
   // it back.  A miss (kNotMine / false) changes nothing.  kFenceDue: kept,
   // and the caller calls fence_cached_frees() with this allocator's context
-  // current (a fence records driver events).
-  bool give_cached(DevicePtr ptr);
+  // current (a fence records driver events).  give_cached(ptr, stream): the
+  // hit of free_cached(ptr, stream), `stream` the block's own.
+  bool give_cached(DevicePtr ptr, StreamId stream = kAnyStream);
   ThreadCache::GiveFenced give_cached_fenced(DevicePtr ptr);
   void fence_cached_frees();
   // Whether the layer is on (thread_cache_kb != 0).

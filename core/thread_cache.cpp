@@ -230,7 +230,9 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
 
 // Frees per thread fence, under mutex_: the allocator's fence_batch_min (20
 // per driver event), at least kMinBatch, and kMinBatch more per thread cache
-// of this allocator (up to kMaxBatchThreads of them).  Every thread's fence
+// of this allocator (up to kMaxBatchThreads = 8 of them: at 16, a batch of
+// 1,024 small blocks and the one behind its fence filled the 1 MiB cache, and
+// every pair took the allocator's lock).  Every thread's fence
 // takes the allocator's lock and makes a driver call that records on all the
 // context's streams, so with T threads each fencing its own frees the fences
 // come T times as often and cost more each (one stream per thread is the
@@ -238,7 +240,7 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
 // thread on its own stream stopped rising after 2-4 threads (BENCHMARKS.md
 // section 4) at a batch of 64.  Scaling the batch keeps the fences per
 // second of all threads together about those of one thread.  What waits is
-// still bounded by the cache's bytes (fence_due: a quarter of its limit).
+// still bounded by the cache's bytes (fence_due: an eighth of its limit).
 std::size_t CachingAllocator::thread_fence_batch() const {
   const std::size_t threads = std::clamp<std::size_t>(tcs_count_, 1, ThreadCache::kMaxBatchThreads);
   return std::max(fence_batch_min(), ThreadCache::kMinBatch * threads);

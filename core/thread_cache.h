@@ -158,14 +158,16 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   std::size_t fence_count = 0;
   // Waiting frees worth a fence: the allocator's fence_batch_min (20 per
   // driver event of a fence), but at least kMinBatch, since a thread's own
-  // frees are cheap to hold (small blocks, under a quarter of the cache) and
+  // frees are cheap to hold (small blocks, under an eighth of the cache) and
   // each fence costs a trip to the allocator's lock and a later poll.
   static constexpr std::size_t kMinBatch = 64;
-  static constexpr std::size_t kMaxBatchThreads = 16;  // batch: CachingAllocator::thread_fence_batch
+  static constexpr std::size_t kMaxBatchThreads = 8;   // batch: CachingAllocator::thread_fence_batch
   std::size_t batch = kMinBatch;
-  // A fence is due once `batch` frees wait, or a quarter of the cache's
-  // bytes (large blocks: the cache must not fill with waiting ones).
-  bool fence_due() const { return waiting_count >= batch || waiting_bytes >= limit / 4; }
+  // A fence is due once `batch` frees wait, or an eighth of the cache's
+  // bytes (large blocks, or large batches: the cache must not fill with
+  // waiting and fenced ones — kMaxFences batches behind fences and one
+  // waiting stay within 5/8 of it — or its pairs fall back to the lock).
+  bool fence_due() const { return waiting_count >= batch || waiting_bytes >= limit / 8; }
   ThreadDelta held_count;      // waiting + fenced blocks: active
   ThreadDelta held_bytes;      // active_bytes and deferred_free_bytes
   std::int64_t deferred_frees = 0;  // num_deferred_frees not yet merged

@@ -6,6 +6,7 @@
 
 namespace cachalloc {
 
+template <bool kMaySlow>
 [[gnu::always_inline]] inline bool CachingAllocator::malloc_cached(DevicePtr* out, std::size_t size, StreamId stream) {
   if (size - 1 >= ThreadCache::kMaxBlock) return false;  // size 0 too
   ThreadCache* tc = find_thread_cache(serial_);
@@ -21,7 +22,7 @@ namespace cachalloc {
     *out = b->ptr;
     return true;
   }
-  return slow && malloc_cached_slow(out, size, stream, tc);
+  return kMaySlow && slow && malloc_cached_slow(out, size, stream, tc);
 }
 
 [[gnu::always_inline]] inline Status CachingAllocator::free_cached(DevicePtr ptr, StreamId stream, bool give_tried) {
@@ -43,12 +44,12 @@ namespace cachalloc {
   return free_adopt(ptr, stream, tc);
 }
 
-[[gnu::always_inline]] inline bool CachingAllocator::give_cached(DevicePtr ptr) {
+[[gnu::always_inline]] inline bool CachingAllocator::give_cached(DevicePtr ptr, StreamId stream) {
   if (!tc_usable()) [[unlikely]] return false;
   ThreadCache* tc = find_thread_cache(serial_);
   if (tc == nullptr) [[unlikely]] return false;
   tc->mutex.lock();
-  const bool kept = tc->give(ptr, kAnyStream);
+  const bool kept = tc->give(ptr, stream);
   tc->mutex.unlock();
   return kept;
 }

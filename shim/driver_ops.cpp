@@ -169,12 +169,13 @@ bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
 
 // The context of created stream `stream` for a thread with no current
 // context, or nullptr (a default stream names none then; an unknown handle
-// is the driver's to refuse).  One (stream, context) pair remembered per
-// thread until a stream is destroyed.
+// is the driver's to refuse).  One (stream, context, its state) remembered
+// per thread until a stream is destroyed or the context dies.
 struct StreamContext {
   CUstream stream = nullptr;
   std::uint64_t generation = 0;
   CUcontext ctx = nullptr;
+  ContextState* state = nullptr;  // set once a call was served there
 };
 constinit thread_local StreamContext t_stream_context;
 
@@ -184,11 +185,31 @@ CUcontext context_of_stream(CUstream stream) {
     return nullptr;
   const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
   StreamContext& c = t_stream_context;
-  if (c.stream == stream && c.generation == generation && c.ctx != nullptr) [[likely]] return c.ctx;
+  if (c.stream == stream && c.generation == generation && c.ctx != nullptr &&
+      (c.state == nullptr || c.state->alive())) [[likely]]
+    return c.ctx;
   CUcontext owner = nullptr;
   if (driver()->cuStreamGetCtx(stream, &owner) != CUDA_SUCCESS) owner = nullptr;
-  c = {stream, generation, owner};
+  c = {stream, generation, owner, nullptr};
   return owner;
+}
+
+// The state whose front cache may serve a call on `stream` (id `id`) from a
+// thread with no current context without any driver call: the stream's
+// context served this thread on it before (so the stream's use is noted
+// there), and nothing needs the locked paths (deferred frees to settle, a
+// capture, a tag, pools the program configured).  Else nullptr.
+[[gnu::always_inline]] inline ContextState* cached_stream_state(CUstream stream, StreamId id) {
+  const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
+  const StreamContext& c = t_stream_context;
+  ContextState* s = c.state;
+  if (c.stream != stream || s == nullptr || c.generation != generation) return nullptr;
+  const NotedUse& n = t_noted;
+  if (n.ctx != s || n.id != id || n.generation != generation) return nullptr;
+  if (!s->alive() || s->has_deferred() || !thread_cache_eligible() || !current_tag_is_untagged() ||
+      g_pools_configured.load(std::memory_order_relaxed))
+    return nullptr;
+  return s;
 }
 
 }  // namespace
@@ -209,9 +230,42 @@ template <class Fn>
   const CUcontext owner = context_of_stream(stream);
   if (owner == nullptr) return CUDA_SUCCESS;
   ContextGuard guard(driver(), owner);
-  if (current_context_state() == nullptr) return CUDA_SUCCESS;
+  ContextState* state = current_context_state();
+  if (state == nullptr) return CUDA_SUCCESS;
+  if (state->context() == owner) t_stream_context.state = state;
   *served = true;
   return fn();
+}
+
+// The two calls without a current context (above): a hit of the thread's
+// front cache for the stream's context first, which makes no driver call and
+// so needs no context made current (cuCtxSetCurrent on every call kept 16
+// threads on one stream at the rate of one); the rest in the stream's
+// context.
+[[gnu::noinline]] CUresult alloc_async_without_context(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz) {
+  const StreamId id = stream_id(stream, ptsz);
+  if (ContextState* s = cached_stream_state(stream, id); s != nullptr) {
+    DevicePtr p = 0;
+    if (s->allocator().malloc_cached<false>(&p, size, id)) {
+      *out = static_cast<CUdeviceptr>(p);
+      return CUDA_SUCCESS;
+    }
+  }
+  bool served = false;
+  const CUresult r = in_stream_context(stream, &served, [&] { return do_mem_alloc_async(out, size, stream, ptsz); });
+  return served ? r : pass_alloc_async(out, size, stream, ptsz);
+}
+
+// *served false: the stream names no context; the caller goes on as before.
+[[gnu::noinline]] CUresult free_async_without_context(CUdeviceptr ptr, CUstream stream, bool ptsz, bool* served) {
+  const StreamId id = stream_id(stream, ptsz);
+  if (ContextState* s = cached_stream_state(stream, id); s != nullptr) {
+    if (s->allocator().give_cached(static_cast<DevicePtr>(ptr), id)) {
+      *served = true;
+      return CUDA_SUCCESS;
+    }
+  }
+  return in_stream_context(stream, served, [&] { return do_mem_free_async(ptr, stream, ptsz); });
 }
 
 bool serve_async_on(const ContextState& ctx, CUstream stream, bool ptsz) {
@@ -332,11 +386,7 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   }
   if (t_repeat_oom) [[unlikely]] return CUDA_ERROR_OUT_OF_MEMORY;
   ContextState* ctx = current_context_state();
-  if (ctx == nullptr) [[unlikely]] {
-    bool served = false;
-    const CUresult r = in_stream_context(stream, &served, [&] { return do_mem_alloc_async(out, size, stream, ptsz); });
-    return served ? r : pass_alloc_async(out, size, stream, ptsz);
-  }
+  if (ctx == nullptr) [[unlikely]] return alloc_async_without_context(out, size, stream, ptsz);
   if (!serve_async_on(*ctx, stream, ptsz)) [[unlikely]] return pass_alloc_async(out, size, stream, ptsz);
   const StreamId id = stream_id(stream, ptsz);
   note_use(ctx, id);
@@ -362,7 +412,7 @@ CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) [[unlikely]] {
     bool served = false;
-    const CUresult r = in_stream_context(stream, &served, [&] { return do_mem_free_async(ptr, stream, ptsz); });
+    const CUresult r = free_async_without_context(ptr, stream, ptsz, &served);
     if (served) return r;
   }
   const StreamId id = stream_id(stream, ptsz);

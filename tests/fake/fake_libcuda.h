@@ -78,6 +78,7 @@ struct fake_cuda_stats_t {
   unsigned long live_host_allocs;   /* cuMemHostAlloc'ed, not freed */
   unsigned long host_register, host_unregister;
   unsigned long host_dropped_with_context; /* pinned allocations freed by their context's destruction */
+  unsigned long ctx_set_current;    /* cuCtxSetCurrent calls */
 };
 
 /* Copies the counters. */

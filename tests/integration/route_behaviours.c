@@ -451,7 +451,7 @@ static int async_other_stream(void) {
 struct no_context_run {
   CUstream s;
   CUdeviceptr p, q;
-  int ok;
+  int ok, fast;
 };
 
 static int no_current_context(void) {
@@ -462,11 +462,22 @@ static int no_current_context(void) {
 
 static void* async_in_thread_without_context(void* arg) {
   struct no_context_run* r = arg;
+  CUdeviceptr small = 0, again = 0;
   r->ok = no_current_context();
   r->ok &= A->mem_alloc_async(&r->p, MiB, r->s) == CUDA_SUCCESS;
   r->ok &= A->mem_free_async(r->p, r->s) == CUDA_SUCCESS;
   r->ok &= A->mem_alloc_async(&r->q, MiB, r->s) == CUDA_SUCCESS;
   r->ok &= no_current_context(); /* the thread's own (none) restored */
+  /* Small pairs: once the thread's front cache holds the block, served with
+   * no context made current at all (no driver call). */
+  r->ok &= A->mem_alloc_async(&small, 512, r->s) == CUDA_SUCCESS && A->mem_free_async(small, r->s) == CUDA_SUCCESS;
+  const unsigned long switches = stats().ctx_set_current;
+  for (int i = 0; i < 100; ++i) {
+    r->ok &= A->mem_alloc_async(&again, 512, r->s) == CUDA_SUCCESS && again == small;
+    r->ok &= A->mem_free_async(again, r->s) == CUDA_SUCCESS;
+  }
+  r->fast = stats().ctx_set_current == switches;
+  r->ok &= no_current_context();
   return NULL;
 }
 
@@ -478,6 +489,7 @@ static int async_no_current_context(void) {
   CHECK(pthread_create(&t, NULL, async_in_thread_without_context, &r) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   CHECK(r.ok);
+  CHECK(r.fast);
   CHECK(r.q == r.p);
   struct fake_cuda_stats_t st = stats();
   CHECK(st.mem_alloc_async == 0 && st.mem_alloc == 1); /* the cache's segment, not the driver's pool */

@@ -481,9 +481,9 @@ TEST_CASE("a thread's fence batch grows with the threads that have caches, and s
   CHECK(f.reserved() == 0);
 }
 
-TEST_CASE("a fence is due after a quarter of the cache's bytes wait, for large blocks") {
+TEST_CASE("a fence is due after an eighth of the cache's bytes wait, for large blocks") {
   Config cfg;
-  cfg.thread_cache_bytes = 256 * KiB;  // a quarter: one 64 KiB block
+  cfg.thread_cache_bytes = 512 * KiB;  // an eighth: one 64 KiB block
   AllocFixture f(cfg);
   ReuseOracle oracle{f.backend};
   const DevicePtr a = checked_malloc(f, oracle, 64 * KiB);
