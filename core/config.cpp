@@ -446,11 +446,18 @@ void append(std::string& out, std::string_view key, std::string_view value) {
 
 std::string parse_config(std::string_view text, Config* out) {
   Config parsed = *out;
+  bool wait_max_named = false;
   for (std::string_view item : split_items(text)) {
     if (trim(item).empty()) continue;  // "" and trailing commas are fine
     std::string error = apply_item(trim(item), parsed);
     if (!error.empty()) return error;
+    wait_max_named = wait_max_named || lower(trim(item)).starts_with("fence_wait_max_mb");
   }
+  // Expandable segments' default bound (config.h): only where the text
+  // turned them on and set no bound of its own.
+  if (parsed.expandable_segments && !out->expandable_segments && !wait_max_named &&
+      parsed.fence_wait_max == out->fence_wait_max && out->fence_wait_max == Config::kFenceWaitMaxClassic)
+    parsed.fence_wait_max = Config::kFenceWaitMaxExpandable;
   *out = std::move(parsed);
   return "";
 }

@@ -50,8 +50,15 @@ struct Config {
   // wait (and at least 20 frees, so that the two driver calls of a join
   // stay at 0.1 per free), the free itself joins them (core/fence_path.cpp,
   // bound_waiting).  kUnlimited: only misses join.
-  static constexpr std::size_t kDefaultFenceWaitMax = std::size_t{64} << 20;
-  std::size_t fence_wait_max = kDefaultFenceWaitMax;
+  // By default 256 MiB with classic segments and 128 MiB with expandable
+  // ones (parse_config picks the second when expandable_segments:true and
+  // the text sets no bound): the bounds that kept peak memory within +2 %
+  // of PyTorch's own allocator on the side-stream and DDP programs at the
+  // fewest driver calls measured (docs/BENCHMARKS.md section 5; 64 MiB cost
+  // 0.12-0.16 driver calls per free there).
+  static constexpr std::size_t kFenceWaitMaxClassic = std::size_t{256} << 20;
+  static constexpr std::size_t kFenceWaitMaxExpandable = std::size_t{128} << 20;
+  std::size_t fence_wait_max = kFenceWaitMaxClassic;
   // Frees that must wait before a join (past fence_wait_max, or at a small
   // request's miss): a join is two driver calls (an event recorded for the
   // whole context and the context's wait for it), so 20 keeps joins at 0.1

@@ -13,7 +13,8 @@
 // serve it: the alternative is growing the cache (reclaim_pending).
 // Fences are queried when the cache misses, oldest first; a completed fence
 // returns its batch to the pools.  The bytes waiting are bounded: past
-// fence_wait_max (64 MiB by default) the free joins them (bound_waiting),
+// fence_wait_max (256 MiB by default, 128 with expandable segments) the
+// free joins them (bound_waiting),
 // where joins are impossible past deferred_bytes_limit() it records a fence
 // itself, and the out-of-memory path waits for every fence before it gives
 // up.

@@ -80,6 +80,12 @@ struct DeviceStats {
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;  // misses that waited for a fence instead of growing
   std::int64_t num_fence_joins = 0;  // misses that ordered later work after the fences instead of growing
+  // Per-thread front caches (core/thread_cache.h): allocations their hit
+  // could not serve that took the allocator's lock (malloc_cached_slow), and
+  // polls of a thread's oldest fence that found it not yet complete.  What
+  // keeps threads from scaling, where they do not.
+  std::int64_t num_thread_cache_locked_allocs = 0;
+  std::int64_t num_thread_fence_polls_not_ready = 0;
   Stat deferred_free_bytes;
 
   void reset_peak();
@@ -102,6 +108,8 @@ void reset_counters(Stats& s) {
   s.num_fence_stream_queries = 0;
   s.num_fence_waits = 0;
   s.num_fence_joins = 0;
+  s.num_thread_cache_locked_allocs = 0;
+  s.num_thread_fence_polls_not_ready = 0;
 }
 
 // One (key, value) per scalar, named exactly as torch.cuda.memory_stats()

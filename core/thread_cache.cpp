@@ -71,6 +71,7 @@ bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, Stre
   {
     std::lock_guard lock(mutex_);
     std::lock_guard tl(tc->mutex);
+    ++stats_.num_thread_cache_locked_allocs;
     if (tc->next_id == tc->id_end) reserve_ids(tc);
     if (tc->fence_count != 0) reclaim_thread_fences(tc);
     merge_deltas(tc);
@@ -264,7 +265,10 @@ bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
   while (tc->fence_count != 0) {
     const ThreadCache::Fenced f = tc->fences[tc->fence_head];
     const Status st = backend_->fence_query(f.fence);
-    if (st == kNotReady) break;
+    if (st == kNotReady) {
+      ++stats_.num_thread_fence_polls_not_ready;
+      break;
+    }
     if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
         backend_->synchronize_device() != kSuccess)
       break;

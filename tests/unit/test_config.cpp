@@ -210,8 +210,13 @@ TEST_CASE("fence_join_frees: 1 to 1000000 frees; 20 by default", "[config]") {
   CHECK(parse_ok(parse_ok("fence_join_frees:33").to_string()).fence_join_frees == 33);
 }
 
-TEST_CASE("fence_wait_max_mb: MiB or unlimited; 64 MiB by default", "[config]") {
-  CHECK(Config{}.fence_wait_max == std::size_t{64} << 20);
+TEST_CASE("fence_wait_max_mb: MiB or unlimited; 256 MiB by default, 128 with expandable segments", "[config]") {
+  CHECK(Config{}.fence_wait_max == std::size_t{256} << 20);
+  CHECK(parse_ok("").fence_wait_max == std::size_t{256} << 20);
+  CHECK(parse_ok("expandable_segments:true").fence_wait_max == std::size_t{128} << 20);
+  CHECK(parse_ok("expandable_segments:true,fence_wait_max_mb:256").fence_wait_max == std::size_t{256} << 20);
+  CHECK(parse_ok("fence_wait_max_mb:512,expandable_segments:true").fence_wait_max == std::size_t{512} << 20);
+  CHECK(parse_ok("expandable_segments:false").fence_wait_max == std::size_t{256} << 20);
   CHECK(parse_ok("fence_wait_max_mb:0").fence_wait_max == 0);
   CHECK(parse_ok("fence_wait_max_mb:512").fence_wait_max == std::size_t{512} << 20);
   CHECK(parse_ok("fence_wait_max_mb:unlimited").fence_wait_max == std::numeric_limits<std::size_t>::max());
@@ -411,7 +416,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:64,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,free_sync:auto,fence_join:true,fence_wait_max_mb:256,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
