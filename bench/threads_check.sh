@@ -2,8 +2,8 @@
 # threads_check.sh — issue 22 on the GPU in one call (about 2-3 minutes):
 # the threads group of alloc_bench (aggregate 512 B pairs/s at 1..16
 # threads, plain and async, own stream and one shared stream) bare, under
-# cachalloc with the per-thread caches, and with them off
-# (thread_cache_kb:0), interleaved; then examples/request_server (16 host
+# cachalloc with the per-thread caches, with them off (thread_cache_kb:0),
+# and the plain pairs without fences (free_sync:stream), interleaved; then examples/request_server (16 host
 # threads serving requests on their own streams) bare (plain cudaMalloc, and
 # CUDA's pool through cudaMallocAsync) and under cachalloc, on and off; in
 # between, one thread's async pairs on its own stream vs a shared one, with
@@ -46,6 +46,10 @@ for round in $(seq "${ROUNDS:-3}"); do
   run "bench-bare-$round" bare "$BENCH" threads
   run "bench-tc-$round" "" "$BENCH" threads
   run "bench-notc-$round" "thread_cache_kb:0" "$BENCH" threads
+  # Plain pairs with no fences at all (every free reusable at once: a
+  # measurement, not a safe setting with these streams): what the fenced
+  # rows would reach if their fences cost nothing (BENCHMARKS.md section 4).
+  run "bench-nofence-$round" "free_sync:stream" "$BENCH" threads thread_paths=plain
 done
 python3 - "$out" <<'PY'
 import glob, json, os, statistics, sys
