@@ -151,7 +151,7 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
 }
 
 EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-  __atomic_fetch_add(&fake.stats.ctx_set_current, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&fake_ctx_set_current_calls, 1, __ATOMIC_RELAXED);
   fake_current = ctx;
   return CUDA_SUCCESS;
 }

@@ -224,6 +224,7 @@ EXPORT void fake_cuda_stats(struct fake_cuda_stats_t* out) {
   *out = fake.stats;
   count_live(out);
   fake_unlock();
+  out->ctx_set_current = __atomic_load_n(&fake_ctx_set_current_calls, __ATOMIC_RELAXED);
 }
 
 EXPORT void fake_cuda_hold_stream(CUstream s, int on) {

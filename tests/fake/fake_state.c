@@ -29,6 +29,7 @@ struct fake_driver fake = {
   .legacy_stream = {.blocking = 1},
 };
 __thread CUcontext fake_current;
+unsigned long fake_ctx_set_current_calls;
 static __thread struct CUstream_st* t_thread_stream;
 
 /* Pushed with a compare-and-swap, so that it needs no lock (callers may or

@@ -207,6 +207,9 @@ struct fake_driver {
 };
 FAKE_INTERNAL extern struct fake_driver fake;
 FAKE_INTERNAL extern __thread CUcontext fake_current;
+/* cuCtxSetCurrent calls: counted outside `fake.stats` with atomics, since
+ * cuCtxSetCurrent takes no lock (fake_cuda_stats loads it into the copy). */
+FAKE_INTERNAL extern unsigned long fake_ctx_set_current_calls;
 /* The calling thread's per-thread default stream (made on first use,
  * registered in fake.thread_streams, kept after the thread exits: the
  * legacy stream still orders against work left on it).  Lock held. */
