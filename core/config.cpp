@@ -456,7 +456,7 @@ std::string parse_config(std::string_view text, Config* out) {
   // Expandable segments' default bound (config.h): only where the text
   // turned them on and set no bound of its own.
   if (parsed.expandable_segments && !out->expandable_segments && !wait_max_named &&
-      parsed.fence_wait_max == out->fence_wait_max && out->fence_wait_max == Config::kFenceWaitMaxClassic)
+      parsed.fence_wait_max == Config::kFenceWaitMaxClassic)
     parsed.fence_wait_max = Config::kFenceWaitMaxExpandable;
   *out = std::move(parsed);
   return "";
