@@ -451,6 +451,15 @@ def merge_ranks(results):
         tot["ns_own_per_call"] = (tot["ns_inside"] - tot["ns_in_driver"]) / tot["calls"] if tot["calls"] else None
         tot["driver_calls_per_free"] = tot["driver_calls"] / tot["frees"] if tot["frees"] else None
         tot["driver_call_counters"] = cs[0].get("driver_call_counters")
+        # (by function, and the fence counts: summed too; the bytes held
+        # back are per rank, so their largest)
+        by, fences = {}, {}
+        for c in cs:
+            for k, v in (c.get("driver_calls_by") or {}).items():
+                by[k] = by.get(k, 0) + v
+            for k, v in (c.get("fences") or {}).items():
+                fences[k] = fences.get(k, 0) + v if k.startswith("num_") else max(fences.get(k, 0), v)
+        tot["driver_calls_by"], tot["fences"] = by, fences
         base["cachalloc"] = tot
     base["ok"] = all(x.get("ok") for x in ranks) and len(ranks) >= 2
     if len(ranks) < 2:

@@ -63,8 +63,10 @@ class DeviceBackend {
   virtual bool fence_join_supported() const { return false; }
 
   // Virtual-memory primitives for expandable segments: reserve an address
-  // range, create physical chunks, map/unmap them (mapping also grants the
-  // device read/write access).
+  // range, create physical chunks, map/unmap them.  A mapping starts with no
+  // access, as cuMemMap's does: vm_set_own_access grants this device
+  // read/write access to a mapped range, which may span several mappings
+  // (one call for a whole growth, as PyTorch's expandable segments make).
   virtual Status vm_granularity(std::size_t* out) = 0;
   virtual Status vm_reserve(std::size_t size, DevicePtr* out) = 0;
   virtual Status vm_release_range(DevicePtr base, std::size_t size) = 0;
@@ -72,6 +74,7 @@ class DeviceBackend {
   virtual Status vm_release(MemHandle handle) = 0;
   virtual Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) = 0;
   virtual Status vm_unmap(DevicePtr at, std::size_t size) = 0;
+  virtual Status vm_set_own_access(DevicePtr at, std::size_t size) = 0;
   // Grants (enable) or revokes read/write access of another device to a
   // mapped range (peer access for expandable segments).
   virtual Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) = 0;

@@ -86,11 +86,18 @@ struct Segment {
   StreamId stream = 0;
   bool small = false;
   Block* head = nullptr;
-  // Expandable segments only: page size and one physical handle per page
-  // (0 where unmapped).
+  // Expandable segments only: page size, and per page the physical handle
+  // mapped there (0 where unmapped).  One handle backs a run of consecutive
+  // pages mapped by one growth (expandable.cpp, kMaxRunBytes); run_pages[i]
+  // is the run's length in pages at its first page and 0 at every other
+  // page.  Runs tile the mapped pages, all pages of a run hold its handle,
+  // and a run is unmapped whole.  Tagged segments map one page per run, so
+  // that a pause can release pages one at a time (a paused page keeps its
+  // run of 1 with handle 0).
   bool expandable = false;
   std::size_t page = 0;
   std::vector<MemHandle> handles;
+  std::vector<std::uint32_t> run_pages;
   int retained = 0;            // retained blocks (see above)
   TagId tag = kUntagged;       // the tag of every block in it (set at creation)
   std::vector<bool> paused;    // tagged segments: pages released by a pause (see above)

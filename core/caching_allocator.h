@@ -372,7 +372,10 @@ class CachingAllocator {
   Segment* expandable_for(BlockPool& pool, StreamId stream, Status* err);
   Block* grow_expandable(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Status map_pages(Segment* seg, DevicePtr at, std::size_t bytes);
+  Status map_run(Segment* seg, DevicePtr at, std::size_t bytes);
+  Status grant_access(DevicePtr at, std::size_t bytes);
   Status grant_peers(DevicePtr at, std::size_t bytes);
+  void whole_runs_within(const Segment* seg, DevicePtr* lo, DevicePtr* hi) const;
   Status set_access_of_mapped(int peer, bool enable);
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);

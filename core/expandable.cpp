@@ -9,6 +9,16 @@
 //
 // Pages are 2 MiB in the small pool and 20 MiB in the large pool.  Reserved
 // bytes count mapped pages; the segment statistic counts reservations.
+//
+// Runs: a growth of several pages maps them as runs of up to kMaxRunBytes,
+// one physical allocation each, and grants access to the whole growth at
+// once: 2 driver calls per run and 1 per growth, where a handle per page
+// took 3 per page (a 268 MB logits tensor: 11 calls instead of 42).  Those
+// calls were most of what the DDP program made under expandable segments
+// (docs/BENCHMARKS.md section 5).  The price: a run is unmapped whole, so a
+// run with a live block in it keeps its free pages mapped when memory is
+// released — at most kMaxRunBytes less a page per such run.  Tagged segments
+// keep one page per run: a pause releases pages one by one.
 #include <algorithm>
 
 #include "caching_allocator.h"
@@ -18,8 +28,16 @@ namespace cachalloc {
 
 namespace {
 
+constexpr std::size_t kMaxRunBytes = 64ull << 20;
+
 std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
 std::size_t round_down(std::size_t n, std::size_t unit) { return n / unit * unit; }
+
+std::size_t max_run_bytes(const Segment* seg) {
+  return seg->tag != kUntagged ? seg->page : std::max(seg->page, round_down(kMaxRunBytes, seg->page));
+}
+
+std::size_t page_index(const Segment* seg, DevicePtr at) { return (at - seg->base) / seg->page; }
 
 }  // namespace
 
@@ -35,6 +53,7 @@ Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Stat
   if (*err != kSuccess) return nullptr;
   auto* seg = new Segment{base, size, stream, pool.small, nullptr, true, page, {}};
   seg->handles.assign(size / page, 0);
+  seg->run_pages.assign(size / page, 0);
   seg->tag = serving_tag_;
   if (seg->tag != kUntagged) seg->paused.assign(size / page, false);
   add_segment(seg)->mapped = false;  // address space only, until pages are mapped
@@ -42,27 +61,44 @@ Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Stat
   return seg;
 }
 
-// Maps `bytes` (whole pages) at `at`; on failure unmaps what it mapped.
+// Maps `bytes` (whole pages) at `at`, in runs, and grants access to all of
+// it with one call per device; on failure unmaps what it mapped.
 Status CachingAllocator::map_pages(Segment* seg, DevicePtr at, std::size_t bytes) {
-  for (std::size_t off = 0; off < bytes; off += seg->page) {
-    MemHandle h = 0;
-    Status st = backend_->vm_create(seg->page, &h);
-    if (st == kSuccess) {
-      st = backend_->vm_map(at + off, seg->page, h);
-      if (st == kSuccess) {
-        st = grant_peers(at + off, seg->page);
-        if (st != kSuccess) backend_->vm_unmap(at + off, seg->page);
-      }
-      if (st != kSuccess) backend_->vm_release(h);
-    }
-    if (st != kSuccess) {
-      unmap_pages(seg, at, off);
-      return st;
-    }
-    seg->handles[(at + off - seg->base) / seg->page] = h;
-    ++stats_.num_device_alloc;
+  const std::size_t run_max = max_run_bytes(seg);
+  std::size_t mapped = 0;
+  Status st = kSuccess;
+  while (mapped < bytes && st == kSuccess) {
+    const std::size_t run = std::min(run_max, bytes - mapped);
+    st = map_run(seg, at + mapped, run);
+    if (st == kSuccess) mapped += run;
   }
+  if (st == kSuccess) st = grant_access(at, bytes);
+  if (st != kSuccess) unmap_pages(seg, at, mapped);
+  return st;
+}
+
+// One physical allocation of `bytes`, mapped at `at` as one run (no access
+// yet: grant_access follows).
+Status CachingAllocator::map_run(Segment* seg, DevicePtr at, std::size_t bytes) {
+  MemHandle h = 0;
+  Status st = backend_->vm_create(bytes, &h);
+  if (st != kSuccess) return st;
+  st = backend_->vm_map(at, bytes, h);
+  if (st != kSuccess) {
+    backend_->vm_release(h);
+    return st;
+  }
+  const std::size_t first = page_index(seg, at);
+  std::fill_n(seg->handles.begin() + static_cast<std::ptrdiff_t>(first), bytes / seg->page, h);
+  seg->run_pages[first] = static_cast<std::uint32_t>(bytes / seg->page);
+  ++stats_.num_device_alloc;
   return kSuccess;
+}
+
+// This device, then every device with peer access, may use [at, at+bytes).
+Status CachingAllocator::grant_access(DevicePtr at, std::size_t bytes) {
+  const Status st = backend_->vm_set_own_access(at, bytes);
+  return st != kSuccess ? st : grant_peers(at, bytes);
 }
 
 // Devices with peer access to this context get access to new pages too.
@@ -103,14 +139,32 @@ Status CachingAllocator::set_access_of_mapped(int peer, bool enable) {
   return first_error;
 }
 
+// Unmaps and releases the runs that tile [at, at+bytes).
 void CachingAllocator::unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes) {
-  for (std::size_t off = 0; off < bytes; off += seg->page) {
-    MemHandle& h = seg->handles[(at + off - seg->base) / seg->page];
-    backend_->vm_unmap(at + off, seg->page);
-    backend_->vm_release(h);
-    h = 0;
+  for (std::size_t i = page_index(seg, at), end = page_index(seg, at + bytes); i < end;) {
+    const std::size_t n = std::max<std::size_t>(seg->run_pages[i], 1);  // (0: not a run's start — a bug)
+    backend_->vm_unmap(seg->base + i * seg->page, n * seg->page);
+    backend_->vm_release(seg->handles[i]);
+    std::fill_n(seg->handles.begin() + static_cast<std::ptrdiff_t>(i), n, 0);
+    seg->run_pages[i] = 0;
     ++stats_.num_device_free;
+    i += n;
   }
+}
+
+// Narrows the page-aligned [*lo, *hi) to the whole runs inside it: a run
+// reaching past either end stays mapped.
+void CachingAllocator::whole_runs_within(const Segment* seg, DevicePtr* lo, DevicePtr* hi) const {
+  std::size_t i = page_index(seg, *lo);
+  std::size_t end = page_index(seg, *hi);
+  while (i < end && seg->run_pages[i] == 0) ++i;  // inside a run that began before *lo
+  if (i < end) {
+    std::size_t k = end - 1;
+    while (seg->run_pages[k] == 0) --k;  // the start of the run holding the last page (i at the latest)
+    if (k + seg->run_pages[k] > end) end = k;
+  }
+  *lo = seg->base + i * seg->page;
+  *hi = seg->base + std::max(i, end) * seg->page;
 }
 
 // Maps pages at the first unmapped range that, together with a free block
@@ -166,8 +220,9 @@ Block* CachingAllocator::split_off_front(Block* b, std::size_t bytes) {
 // only stop being paused, with no driver call.
 std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
   Segment* seg = b->segment;
-  const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
-  const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+  DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
+  DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+  if (!released && lo < hi) whole_runs_within(seg, &lo, &hi);
   if (lo >= hi) return 0;
   BlockPool& pool = pool_for(seg->small);
   const bool small = seg->small;
@@ -183,7 +238,10 @@ std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
   }
   if (hi < middle->ptr + middle->size) add_free_remnant(split_off_front(middle, hi - middle->ptr)->next);
   if (released) {
-    for (std::size_t i = (lo - seg->base) / seg->page; i < (hi - seg->base) / seg->page; ++i) seg->paused[i] = false;
+    for (std::size_t i = page_index(seg, lo); i < page_index(seg, hi); ++i) {
+      seg->paused[i] = false;
+      seg->run_pages[i] = 0;  // (a tagged segment's runs are single pages)
+    }
     seg->paused_pages -= (hi - lo) / seg->page;
   } else {
     unmap_pages(seg, lo, hi - lo);
@@ -241,8 +299,9 @@ std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
   if (seg->paused_pages != 0) return 0;  // paused: its free pages went at the pause
   for (const Block* b = seg->head; b != nullptr; b = b->next) {
     if (b->allocated || b->retained || !b->mapped) continue;
-    const DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
-    const DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+    DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
+    DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+    if (lo < hi) whole_runs_within(seg, &lo, &hi);
     if (lo < hi) n += hi - lo;
   }
   return n;

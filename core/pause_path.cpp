@@ -202,7 +202,7 @@ Status CachingAllocator::release_page(Segment* seg, std::size_t i) {
   st = backend_->vm_release(h);
   if (st != kSuccess) {
     if (backend_->vm_map(at, seg->page, h) == kSuccess) {
-      if (grant_peers(at, seg->page) == kSuccess) return st;
+      if (grant_access(at, seg->page) == kSuccess) return st;
       backend_->vm_unmap(at, seg->page);
     }
     orphans_.push_back(h);
@@ -229,7 +229,7 @@ Status CachingAllocator::map_paused_pages(TagId tag) {
       if (st != kSuccess) break;
       st = backend_->vm_map(at, seg->page, h);
       if (st == kSuccess) {
-        st = grant_peers(at, seg->page);
+        st = grant_access(at, seg->page);
         if (st != kSuccess) backend_->vm_unmap(at, seg->page);
       }
       if (st != kSuccess) {

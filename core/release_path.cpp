@@ -6,6 +6,7 @@
 // the out-of-memory path (one segment big enough, then everything),
 // empty_cache(), and garbage collection, which returns the segments idle
 // longest once reserved memory passes garbage_collection_threshold.
+#include <algorithm>
 #include <vector>
 
 #include "caching_allocator.h"
@@ -83,11 +84,15 @@ Status CachingAllocator::release_after_context_death() {
     if (st != kSuccess && first_error == kSuccess) first_error = st;
   };
   for (Segment* seg : expandable_) {
-    for (std::size_t i = 0; i < seg->handles.size(); ++i) {
-      if (seg->handles[i] == 0) continue;
-      note(backend_->vm_unmap(seg->base + i * seg->page, seg->page));
-      note(backend_->vm_release(seg->handles[i]));
-      seg->handles[i] = 0;
+    for (std::size_t i = 0; i < seg->handles.size();) {
+      const std::size_t n = std::max<std::size_t>(seg->run_pages[i], 1);
+      if (seg->handles[i] != 0) {
+        note(backend_->vm_unmap(seg->base + i * seg->page, n * seg->page));
+        note(backend_->vm_release(seg->handles[i]));
+        std::fill_n(seg->handles.begin() + static_cast<std::ptrdiff_t>(i), n, 0);
+        seg->run_pages[i] = 0;
+      }
+      i += n;
     }
     note(backend_->vm_release_range(seg->base, seg->size));
   }

@@ -147,6 +147,28 @@ void CachingAllocator::validate() const {
     } else {
       check(seg->paused_pages == 0, "paused pages in an untagged segment", base);
     }
+    if (seg->expandable) {
+      // Runs (block.h) tile the pages with a handle (or paused), one handle
+      // each; a tagged segment's runs are single pages.
+      std::size_t left = 0;
+      MemHandle run_handle = 0;
+      for (std::size_t i = 0; i < seg->handles.size(); ++i) {
+        const DevicePtr at = seg->base + i * seg->page;
+        if (seg->run_pages[i] != 0) {
+          check(left == 0, "a run starts inside another", at);
+          check(seg->tag == kUntagged || seg->run_pages[i] == 1, "a tagged segment's run of several pages", at);
+          left = seg->run_pages[i];
+          run_handle = seg->handles[i];
+        }
+        const bool held = seg->handles[i] != 0 || (seg->tag != kUntagged && seg->paused[i]);
+        check(held == (left != 0), "a page with a handle outside every run, or a run's page without one", at);
+        if (left != 0) {
+          check(seg->handles[i] == run_handle, "pages of one run hold different handles", at);
+          --left;
+        }
+      }
+      check(left == 0, "a run past the end of its reservation", base);
+    }
     DevicePtr expect = seg->base;
     // The held block and its successor count as one block (reuse_path.cpp).
     const bool holds = held_ != nullptr && held_->segment == seg;

@@ -302,19 +302,14 @@ Status CudaBackend::vm_release(MemHandle handle) {
   return status(CALL(cuMemRelease, static_cast<CUmemGenericAllocationHandle>(handle)));
 }
 
-// Mapping also grants this device read/write access, as the core expects.
 Status CudaBackend::vm_map(DevicePtr at, std::size_t size, MemHandle handle) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   if (d_->cuMemMap == nullptr || d_->cuMemSetAccess == nullptr) return kNotSupported;
-  CUresult r = CALL(cuMemMap, static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
-  if (r != CUDA_SUCCESS) return status(r);
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = CALL(cuMemSetAccess, static_cast<CUdeviceptr>(at), size, &access, 1);
-  if (r != CUDA_SUCCESS) CALL(cuMemUnmap, static_cast<CUdeviceptr>(at), size);
-  return status(r);
+  return status(CALL(cuMemMap, static_cast<CUdeviceptr>(at), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0));
+}
+
+Status CudaBackend::vm_set_own_access(DevicePtr at, std::size_t size) {
+  return vm_set_access(at, size, device_, true);
 }
 
 // Peer access: driver peer access does not cover cuMemMap'ed memory, so

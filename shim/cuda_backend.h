@@ -68,6 +68,7 @@ class CudaBackend final : public DeviceBackend {
   Status vm_create(std::size_t size, MemHandle* out) override;
   Status vm_release(MemHandle handle) override;
   Status vm_map(DevicePtr at, std::size_t size, MemHandle handle) override;
+  Status vm_set_own_access(DevicePtr at, std::size_t size) override;
   Status vm_unmap(DevicePtr at, std::size_t size) override;
   Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) override;
 

@@ -59,6 +59,7 @@ class FakeBackend final : public DeviceBackend {
   std::size_t used() const { return used_; }
   std::size_t live_segments() const { return segments_.size(); }
   int alloc_calls = 0, free_calls = 0, failed_allocs = 0;
+  int own_access_calls = 0;  // vm_set_own_access
   int device_syncs = 0;
   int event_creates = 0, event_records = 0, event_queries = 0, event_syncs = 0, event_destroys = 0;
   std::size_t live_events() const { return events_.size(); }
@@ -281,13 +282,38 @@ class FakeBackend final : public DeviceBackend {
     if (!mappings_.emplace(at, h).second) throw std::logic_error("FakeBackend: vm_map over a mapping");
     return kSuccess;
   }
+  // As cuMemUnmap: whole mappings only (a run of pages is one mapping).
   Status vm_unmap(DevicePtr at, std::size_t size) override {
     if (fault()) return 999;
-    if (mappings_.erase(at) == 0) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
+    auto m = mappings_.find(at);
+    if (m == mappings_.end()) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
+    for (DevicePtr p = at; p < at + size; p += handles_.at(m->second)) {
+      m = mappings_.find(p);
+      if (m == mappings_.end() || p + handles_.at(m->second) > at + size)
+        throw std::logic_error("FakeBackend: vm_unmap of part of a mapping");
+    }
+    for (DevicePtr p = at; p < at + size;) {
+      m = mappings_.find(p);
+      p += handles_.at(m->second);
+      mappings_.erase(m);
+    }
     for (auto& [device, pages] : peer_access_)
       for (DevicePtr p = at; p < at + size; p += 2 * MiB) pages.erase(p);
+    for (DevicePtr p = at; p < at + size; p += 2 * MiB) own_access_.erase(p);
     return kSuccess;
   }
+  // A mapping starts inaccessible (as cuMemMap's): reading or writing it
+  // throws until this grants the device access.  May span mappings.
+  Status vm_set_own_access(DevicePtr at, std::size_t size) override {
+    if (fault()) return 999;
+    ++own_access_calls;
+    for (DevicePtr p = at; p < at + size; p += 2 * MiB) {
+      if (!mapped(p)) throw std::logic_error("FakeBackend: access to unmapped memory");
+      own_access_.insert(p);
+    }
+    return kSuccess;
+  }
+  bool own_access(DevicePtr p) const { return own_access_.count(p - p % (2 * MiB)) != 0; }
   // Peer access is recorded per 2 MiB granule; a range must be mapped.
   Status vm_set_access(DevicePtr at, std::size_t size, int device, bool enable) override {
     if (fail_next_access_ > 0) {
@@ -295,7 +321,7 @@ class FakeBackend final : public DeviceBackend {
       return kInvalidValue;
     }
     for (DevicePtr p = at; p < at + size; p += 2 * MiB) {
-      if (mappings_.upper_bound(p) == mappings_.begin()) throw std::logic_error("FakeBackend: access to unmapped memory");
+      if (!mapped(p)) throw std::logic_error("FakeBackend: access to unmapped memory");
       if (enable) peer_access_[device].insert(p);
       else peer_access_[device].erase(p);
     }
@@ -398,7 +424,7 @@ class FakeBackend final : public DeviceBackend {
   std::size_t live_handles() const { return handles_.size(); }
 
   // Fault injection over the calls of pause and resume: synchronize_device,
-  // vm_create/map/unmap/release, host_alloc and the copies.  The call `n`
+  // vm_create/map/unmap/release/set_own_access, host_alloc and the copies.  The call `n`
   // (0-based) from now fails once; calls_seen() counts them.
   void fail_call_at(int n) {
     fault_at_ = n;
@@ -407,6 +433,13 @@ class FakeBackend final : public DeviceBackend {
   int calls_seen() const { return calls_seen_; }
   bool fault_fired() const { return fault_fired_; }
   std::size_t live_mappings() const { return mappings_.size(); }
+  // Whether `p` lies in a mapping.
+  bool mapped(DevicePtr p) const {
+    auto m = mappings_.upper_bound(p);
+    if (m == mappings_.begin()) return false;
+    --m;
+    return p < m->first + handles_.at(m->second);
+  }
   std::size_t live_reservations() const { return reservations_.size(); }
 
  private:
@@ -490,6 +523,7 @@ class FakeBackend final : public DeviceBackend {
       --m;
       const std::size_t len = handles_.at(m->second);
       if (p >= m->first + len) throw std::logic_error("FakeBackend: access to unmapped memory");
+      if (!own_access(p)) throw std::logic_error("FakeBackend: access to a mapping without vm_set_own_access");
       auto& data = contents_[m->second];
       if (data.empty()) data.assign(len, 0);
       const std::size_t off = p - m->first;
@@ -538,6 +572,7 @@ class FakeBackend final : public DeviceBackend {
   std::map<DevicePtr, MemHandle> mappings_;
   MemHandle next_handle_ = 1;
   std::map<int, std::set<DevicePtr>> peer_access_;
+  std::set<DevicePtr> own_access_;  // granules this device may use
   int fail_next_access_ = 0;
 };
 

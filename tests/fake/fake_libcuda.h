@@ -50,6 +50,7 @@ struct fake_cuda_stats_t {
   unsigned long peer_enable;        /* cuCtxEnablePeerAccess calls that succeeded */
   unsigned long peer_disable;       /* cuCtxDisablePeerAccess calls that succeeded */
   unsigned long set_access_peer;    /* cuMemSetAccess descriptors naming a device other than the memory's own */
+  unsigned long set_access;         /* cuMemSetAccess calls that succeeded */
   /* What the fake still holds (with live_allocs, live_bytes and
    * fake_cuda_live_imports: nothing else outlives its release call).
    * Events and streams of a destroyed context are not counted: the driver

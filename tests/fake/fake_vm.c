@@ -296,6 +296,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
     for (size_t i = 0; i < count; ++i)
       if (desc[i].location.id != owner) fake.stats.set_access_peer++;
     apply_access(ptr, size, desc, count);
+    fake.stats.set_access++;
   }
   fake_unlock();
   return r;

@@ -563,16 +563,18 @@ static int ctx_sync(void) {
 
 /* ---------------- virtual memory (expandable segments) ---------------- */
 
-/* Maps pages (cuMemCreate + cuMemMap + cuMemSetAccess per page): a failure
- * on the second page of a three-page grow (50 MiB in 20 MiB pages) is
- * rolled back, the first page included, and returns the driver's error;
- * the next grow works.  Classic segments never reach these calls. */
+/* Maps pages in runs (cuMemCreate + cuMemMap per run of up to 64 MiB, one
+ * cuMemSetAccess per grow): a failure on the second run of a three-run grow
+ * (130 MiB in 20 MiB pages: runs of 3, 3 and 1 pages), or on the grow's
+ * access grant, is rolled back, the first run included, and returns the
+ * driver's error; the next grow works.  Classic segments never reach these
+ * calls. */
 static int vm_page_fault(const char* call) {
   const CUresult E = CUDA_ERROR_UNKNOWN;
   RUN(alloc_expect(4 * KiB, CUDA_SUCCESS, NULL)); /* small pool only: the large one starts empty */
   const struct fake_cuda_stats_t b = stats();
-  arm(call, 1, 1, E);
-  RUN(alloc_expect(50 * MiB, g_expandable ? FAULT(E) : CUDA_SUCCESS, NULL));
+  arm(call, strcmp(call, "cuMemSetAccess") == 0 ? 0 : 1, 1, E);
+  RUN(alloc_expect(130 * MiB, g_expandable ? FAULT(E) : CUDA_SUCCESS, NULL));
   const struct fake_cuda_stats_t a = stats();
   if (g_faults && g_expandable) {
     CHECK(a.failures_injected == b.failures_injected + 1);
@@ -580,13 +582,14 @@ static int vm_page_fault(const char* call) {
           a.live_bytes == b.live_bytes); /* rolled back */
     CHECK(a.vm_map - b.vm_map == a.vm_unmap - b.vm_unmap);
     CHECK(a.vm_create - b.vm_create == a.vm_release - b.vm_release);
+    CHECK(a.vm_create - b.vm_create >= 1); /* a run was made, then undone */
     CHECK(valid());
-    RUN(alloc_expect(50 * MiB, CUDA_SUCCESS, NULL));
+    RUN(alloc_expect(130 * MiB, CUDA_SUCCESS, NULL));
   }
   CHECK(stats().live_mappings == b.live_mappings + (g_expandable ? 3 : 0));
   /* Failing for ever: grows fail, cached pages still serve. */
   arm(call, 0, -1, E);
-  RUN(alloc_expect(9 * MiB, CUDA_SUCCESS, NULL)); /* inside the third page */
+  RUN(alloc_expect(9 * MiB, CUDA_SUCCESS, NULL)); /* inside the last page */
   RUN(alloc_expect(200 * MiB, g_expandable ? FAULT(E) : CUDA_SUCCESS, NULL));
   RUN(all_intact());
   CHECK(valid());

@@ -36,15 +36,18 @@ TEST_CASE("expandable: a freed block grows in place into newly mapped pages") {
   CHECK(b == a);
   CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
   CHECK(f.stats().segment[StatType::large_pool].current == 1);
-  CHECK(f.backend.live_mappings() == 3);
+  CHECK(f.backend.live_mappings() == 2);  // a run of two pages, then one of one
+  CHECK(f.stats().num_device_alloc == 2);
 }
 
 TEST_CASE("expandable: empty_cache unmaps free pages, keeps live ones, drops empty reservations") {
   AllocFixture f(expandable(), 1 * GiB);
-  const DevicePtr a = f.malloc(30 * MiB);
-  const DevicePtr b = f.malloc(25 * MiB);  // 30 + 25 = 55 MiB over three pages
+  const DevicePtr a = f.malloc(20 * MiB);
+  const DevicePtr c = f.malloc(10 * MiB);  // page 1
+  const DevicePtr b = f.malloc(25 * MiB);  // the rest of page 1 and page 2
   f.free(a);
-  CHECK(f.alloc->releasable_bytes() == 20 * MiB);  // only page 0 lies wholly inside a's block
+  f.free(c);
+  CHECK(f.alloc->releasable_bytes() == 20 * MiB);  // only page 0 lies wholly inside the free block
   f.empty_cache();
   CHECK(f.reserved() == static_cast<std::int64_t>(40 * MiB));
   CHECK(f.backend.live_mappings() == 2);
@@ -52,7 +55,7 @@ TEST_CASE("expandable: empty_cache unmaps free pages, keeps live ones, drops emp
   REQUIRE(snap.size() == 1);
   CHECK(snap[0].expandable);
   CHECK(snap[0].blocks[0].state == BlockState::unmapped);
-  CHECK(snap[0].blocks[1].state == BlockState::inactive);  // the 10 MiB of a's block on page 1
+  CHECK(snap[0].blocks[1].state == BlockState::inactive);  // the 10 MiB of page 1 before b
   CHECK(snap[0].blocks[2].state == BlockState::allocated);
   f.free(b);
   f.empty_cache();
@@ -107,4 +110,77 @@ TEST_CASE("expandable: a failed page map is rolled back") {
   CHECK(f.backend.used() == static_cast<std::size_t>(f.reserved()));
   CHECK(f.stats().num_alloc_retries == 1);
   f.free(a);
+}
+
+TEST_CASE("expandable: a growth of many pages maps runs of up to 64 MiB and grants access once") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(190 * MiB);  // ten 20 MiB pages: runs of 3, 3, 3 and 1
+  CHECK(f.reserved() == static_cast<std::int64_t>(200 * MiB));
+  CHECK(f.backend.alloc_calls == 4);
+  CHECK(f.backend.live_mappings() == 4);
+  CHECK(f.stats().num_device_alloc == 4);
+  CHECK(f.backend.own_access_calls == 1);
+  // Every byte of the growth is accessible (the fake throws otherwise).
+  const std::uint64_t first = 0x1234, last = 0x5678;
+  f.backend.write(a, &first, sizeof first);
+  f.backend.write(a + 190 * MiB - sizeof last, &last, sizeof last);
+  std::uint64_t x = 0, y = 0;
+  f.backend.read(a, &x, sizeof x);
+  f.backend.read(a + 190 * MiB - sizeof y, &y, sizeof y);
+  CHECK(x == first);
+  CHECK(y == last);
+  f.free(a);
+  f.empty_cache();
+  CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.live_handles() == 0);
+  CHECK(f.stats().num_device_free == 4);
+}
+
+TEST_CASE("expandable: a run holding a live block stays mapped; whole free runs go back") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(60 * MiB);  // pages 0-2: one run
+  f.free(a);
+  const DevicePtr b = f.malloc(10 * MiB);  // carved from the run's start
+  const DevicePtr c = f.malloc(60 * MiB);  // the run's 50 free MiB + page 3, its own run
+  CHECK(b == a);
+  CHECK(c == a + 10 * MiB);
+  f.free(c);
+  // 50 free MiB hold two whole pages (1 and 2) and page 3, but only page 3
+  // is a whole run: pages 1-2 share their run with b.
+  CHECK(f.alloc->releasable_bytes() == 20 * MiB);
+  f.empty_cache();
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.backend.live_mappings() == 1);
+  f.free(b);
+  f.empty_cache();
+  CHECK(f.reserved() == 0);
+  CHECK(f.backend.used() == 0);
+}
+
+TEST_CASE("expandable: a run that fails to map mid-growth rolls back the runs before it") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr keep = f.malloc(10 * MiB);  // a first run, which must survive
+  f.backend.fail_call_at(4);  // create, map (run 1), create, map (run 2), create (run 3): fails
+  DevicePtr p = 0;
+  const Status st = f.try_malloc(190 * MiB, 0, &p);  // 180 more MiB: runs of 3, 3 and 3 pages
+  CHECK(f.backend.fault_fired());
+  if (st == kSuccess) f.free(p);  // the out-of-memory retry may succeed; either way nothing leaks
+  f.empty_cache();
+  CHECK(f.backend.live_mappings() == 1);
+  CHECK(f.backend.used() == 20 * MiB);
+  CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
+  f.free(keep);
+}
+
+TEST_CASE("expandable: a failed access grant unmaps the whole growth") {
+  AllocFixture f(expandable(), 1 * GiB);
+  f.backend.fail_call_at(4);  // create, map (3 pages), create, map (2 pages), then the grant fails
+  DevicePtr p = 0;
+  const Status st = f.try_malloc(100 * MiB, 0, &p);
+  CHECK(st != kSuccess);
+  CHECK(f.backend.fault_fired());
+  if (st == kSuccess) f.free(p);
+  f.empty_cache();
+  CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.used() == 0);
 }

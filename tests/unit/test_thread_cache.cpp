@@ -449,7 +449,7 @@ TEST_CASE("a fenced free waits in the thread's cache: freed for the program, reu
 
 // Fenced pairs until the thread records a fence: how many frees that took.
 std::size_t frees_until_fence(AllocFixture& f, ReuseOracle& oracle) {
-  const std::size_t records = f.backend.fence_records;
+  const auto records = f.backend.fence_records;
   std::size_t frees = 0;
   while (f.backend.fence_records == records) {
     fenced_free(f, oracle, checked_malloc(f, oracle, 1000), 1024);
