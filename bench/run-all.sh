@@ -220,7 +220,10 @@ else
       BUILD_ERRORS+=("meson setup failed (exit $rc): $(grep -m1 -E 'ERROR' "$WORK/configure.log" | cut -c1-200)")
       tail -5 "$WORK/configure.log"
     else
-      targets=(shim/libcachalloc.so bench/alloc_bench_static bench/alloc_bench_shared bench/floor_preload.so)
+      # (python-package: build/python/cachalloc/ whole, which the pluggable
+      # contender imports; without it only __init__.py is there)
+      targets=(shim/libcachalloc.so bench/alloc_bench_static bench/alloc_bench_shared bench/floor_preload.so
+               python-package)
       echo "ninja -C $BUILD -k 0 ${targets[*]}"
       timeout 600 ninja -C "$BUILD" -k 0 -j "$JOBS" "${targets[@]}" >"$WORK/ninja.log" 2>&1
       rc=$?
@@ -231,6 +234,12 @@ else
   [[ -x "$BUILD/bench/alloc_bench_static" ]] && BENCH_STATIC="$ROOT/$BUILD/bench/alloc_bench_static"
   [[ -x "$BUILD/bench/alloc_bench_shared" ]] && BENCH_SHARED="$ROOT/$BUILD/bench/alloc_bench_shared"
   [[ -f "$BUILD/bench/floor_preload.so" ]] && FLOOR="$ROOT/$BUILD/bench/floor_preload.so"
+  # The package the pluggable contender imports must import whole (a run lost
+  # every pluggable row to a module the build had not copied).
+  if [[ -f "$BUILD/python/cachalloc/__init__.py" ]] &&
+     ! err=$(PYTHONPATH="$ROOT/$BUILD/python" CACHALLOC_LIBRARY=/nonexistent "$PY" -c 'import cachalloc' 2>&1); then
+    BUILD_ERRORS+=("$BUILD/python/cachalloc does not import: $(tail -1 <<<"$err" | cut -c1-160)")
+  fi
   # Whatever meson did not give us is compiled directly (it does not need the core).
   if [[ -z $BENCH_STATIC || -z $BENCH_SHARED ]] && command -v nvcc >/dev/null 2>&1; then
     echo "alloc_bench from meson missing: compiling it with nvcc directly"

@@ -533,6 +533,10 @@ def programs_section(a, p, raw, budget, until):
                 runs.append(rec)
                 if not rec["ok"] and not rec["skipped"]:
                     raw["errors"].append(f"programs: {rec['program']} {config} round {r + 1}: {rec['error'] or 'not ok'}")
+            if rc != 0 or not results or any(not x.get("ok") and not x.get("skipped") for x in results):
+                # the whole output, for the work archive (the log keeps a tail)
+                with open(os.path.join(a.work, f"prog-{kind}-{config}-r{r}.out"), "w") as f:
+                    f.write(f"$ {' '.join(cmd)}\nexit {rc}\n--- stdout\n{out}\n--- stderr\n{err}\n")
             if rc != 0 or not results:
                 failures[key] = failures.get(key, 0) + 1
                 msg = f"programs: {key} round {r + 1}: exit {rc}: {tail(out + chr(10) + err, 8)}"

@@ -89,9 +89,15 @@ def main():
     if before is not None and after is not None:
         result["cachalloc"] = common.diff_summary(before, after)
     sampler.stop()
+    # Rank 0 prints every rank's result: two processes' lines through
+    # torchrun's one pipe can interleave mid-line (a run lost a rank so).
+    results = [None] * world
+    dist.all_gather_object(results, result)
     dist.barrier()
     dist.destroy_process_group()
-    common.emit(result)
+    if rank == 0:
+        for r in results:
+            common.emit(r)
     return 0 if result["ok"] else 1
 
 
