@@ -18,12 +18,13 @@
 // Runs: a growth of several pages maps them as runs of up to kMaxRunBytes,
 // one physical allocation each, and grants access to the whole growth at
 // once: 2 driver calls per run and 1 per growth, where a handle per page
-// took 3 per page (a 268 MB logits tensor: 11 calls instead of 42).  Those
-// calls were most of what the DDP program made under expandable segments
-// (docs/BENCHMARKS.md section 5).  The price: a run is unmapped whole, so a
-// run with a live block in it keeps its free pages mapped when memory is
-// released — at most kMaxRunBytes less a page per such run.  Tagged segments
-// keep one page per run: a pause releases pages one by one.
+// took 3 per page (a 256 MiB logits tensor: 9 calls, where 20 MiB pages
+// took 39).  Those calls were most of what the DDP program made under
+// expandable segments (docs/BENCHMARKS.md section 5).  The price: a run is
+// unmapped whole, so a run with a live block in it keeps its free pages
+// mapped when memory is released — at most kMaxRunBytes less a page per
+// such run.  Tagged segments keep one page per run: a pause releases pages
+// one by one.
 #include <algorithm>
 
 #include "caching_allocator.h"
