@@ -15,9 +15,9 @@
 #   summary                wall time of each phase, then the count
 #
 # The first two are the quick configuration, the last two the heavy one.
-# Measured from a clean copy on 2 cores (7c0e863): default 7.3 min (the build
-# with the nvcc examples and benchmarks, the slow suite), asan 6.3, tsan 8.5,
-# fuzz 1.5: 24 minutes (34 while other builds shared the cores), within CI's 90.  `scripts/test.sh --quick`
+# Measured from a clean copy on 2 cores (24a00b1): default 9.0 min (the build
+# with the nvcc examples and benchmarks, the slow suite), asan 6.8, tsan 8.6,
+# fuzz 1.5: 26 minutes (34 while other builds shared the cores), within CI's 90.  `scripts/test.sh --quick`
 # runs only default and asan, `scripts/test.sh --phases "tsan fuzz"` any
 # subset.
 # Suites that do not exist (yet) are left out.  Exit status 1 if anything
