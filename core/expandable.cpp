@@ -7,19 +7,14 @@
 // so a program whose sizes change over time does not strand reserved memory
 // in blocks too small for its next requests (PyTorch's motivation).
 //
-// Pages are 2 MiB.  A large-pool grow maps at least 20 MiB (PyTorch's large
-// page), so requests of a few MiB still grow the cache 20 MiB at a time, but
-// a larger request maps what it needs to the next 2 MiB instead of the next
-// 20: on hf_gpt2's cudaMallocAsync trace that is 18 MiB less at the peak
-// for the same 65 physical allocations (bench/trace_replay).  Tagged large
-// segments keep 20 MiB pages: a pause releases them page by page.  Reserved
+// Pages are 2 MiB in the small pool and 20 MiB in the large pool.  Reserved
 // bytes count mapped pages; the segment statistic counts reservations.
 //
 // Runs: a growth of several pages maps them as runs of up to kMaxRunBytes,
 // one physical allocation each, and grants access to the whole growth at
 // once: 2 driver calls per run and 1 per growth, where a handle per page
-// took 3 per page (a 256 MiB logits tensor: 9 calls, where 20 MiB pages
-// took 39).  Those calls were most of what the DDP program made under
+// took 3 per page (a 256 MiB logits tensor, 13 pages: 11 calls instead of
+// 39).  Those calls were most of what the DDP program made under
 // expandable segments (docs/BENCHMARKS.md section 5).  The price: a run is
 // unmapped whole, so a run with a live block in it keeps its free pages
 // mapped when memory is released — at most kMaxRunBytes less a page per
@@ -50,7 +45,7 @@ std::size_t page_index(const Segment* seg, DevicePtr at) { return (at - seg->bas
 Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Status* err) {
   for (Segment* seg : expandable_)
     if (seg->small == pool.small && seg->stream == stream && seg->tag == serving_tag_) return seg;
-  const std::size_t page = pool.small || serving_tag_ == kUntagged ? kSmallBuffer : kLargeBuffer;
+  const std::size_t page = pool.small ? kSmallBuffer : kLargeBuffer;
   // Room for the whole device and then some, as PyTorch reserves: address
   // space is cheap, and one stream may end up holding most of the memory.
   const std::size_t size = round_up(device_total_ + device_total_ / 8 + page, page);
@@ -184,13 +179,10 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
     if (u->mapped) continue;
     const std::size_t before = (u->prev != nullptr && u->prev->is_free()) ? u->prev->size : 0;
     if (size <= before || before + u->size < size) continue;
-    const std::size_t need = round_up(size - before, seg->page);
-    if (need > u->size) continue;
-    std::size_t bytes = seg->small ? need : std::max(need, std::min(kLargeBuffer, u->size));
+    const std::size_t bytes = round_up(size - before, seg->page);
+    if (bytes > u->size) continue;
     const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
-    const bool capped = config_.per_process_memory_fraction < 1.0;
-    if (capped && reserved + bytes > allowed_bytes_) bytes = need;  // (the 20 MiB minimum yields to the cap)
-    if (capped && reserved + bytes > allowed_bytes_) break;
+    if (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_) break;
     *err = map_pages(seg, u->ptr, bytes);
     if (*err != kSuccess) return nullptr;
     Block* mapped = split_off_front(u, bytes);

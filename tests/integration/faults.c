@@ -565,9 +565,10 @@ static int ctx_sync(void) {
 
 /* Maps pages in runs (cuMemCreate + cuMemMap per run of up to 64 MiB, one
  * cuMemSetAccess per grow): a failure on the second run of a three-run grow
- * (130 MiB: runs of 64, 64 and 2 MiB), or on the grow's access grant, is
- * rolled back, the first run included, and returns the driver's error; the
- * next grow works.  Classic segments never reach these calls. */
+ * (130 MiB in 20 MiB pages: runs of 3, 3 and 1 pages), or on the grow's
+ * access grant, is rolled back, the first run included, and returns the
+ * driver's error; the next grow works.  Classic segments never reach these
+ * calls. */
 static int vm_page_fault(const char* call) {
   const CUresult E = CUDA_ERROR_UNKNOWN;
   RUN(alloc_expect(4 * KiB, CUDA_SUCCESS, NULL)); /* small pool only: the large one starts empty */
@@ -588,7 +589,7 @@ static int vm_page_fault(const char* call) {
   CHECK(stats().live_mappings == b.live_mappings + (g_expandable ? 3 : 0));
   /* Failing for ever: grows fail, cached pages still serve. */
   arm(call, 0, -1, E);
-  RUN(alloc_expect(64 * KiB, CUDA_SUCCESS, NULL)); /* in the small pool's mapped page */
+  RUN(alloc_expect(9 * MiB, CUDA_SUCCESS, NULL)); /* inside the last page */
   RUN(alloc_expect(200 * MiB, g_expandable ? FAULT(E) : CUDA_SUCCESS, NULL));
   RUN(all_intact());
   CHECK(valid());

@@ -705,13 +705,13 @@ static int expandable(void) {
   for (size_t i = 0; i < sizeof buf; ++i) CHECK(buf[i] == 0x5a);
   CHECK_CU(A->mem_free(p));
   CHECK_CU(A->mem_alloc(&q, 50 * MiB));
-  CHECK(q == p); /* the 30 MiB free block grew by 20 MiB */
+  CHECK(q == p); /* the 40 MiB free block grew by one 20 MiB page */
   CHECK_CU(A->memset_d8(q + 45 * MiB, 0x33, MiB));
   CHECK_CU(A->memcpy_dtoh(buf, q + 45 * MiB, sizeof buf));
   CHECK(buf[0] == 0x33 && buf[sizeof buf - 1] == 0x33);
   struct fake_cuda_stats_t s = stats();
   CHECK(s.mem_alloc == 0);
-  CHECK(s.vm_reserve >= 1 && s.vm_create == 2 && s.vm_map == 2); /* one run per grow: 30 MiB, then 20 */
+  CHECK(s.vm_reserve >= 1 && s.vm_create == 2 && s.vm_map == 2); /* a run of two pages, then one page */
   CHECK(s.set_access == 2);                                         /* one grant per grow */
   CHECK_CU(A->mem_free(q));
   return 0;

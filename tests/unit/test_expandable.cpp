@@ -29,37 +29,15 @@ TEST_CASE("expandable: a small request maps one 2 MiB page of a reservation") {
 
 TEST_CASE("expandable: a freed block grows in place into newly mapped pages") {
   AllocFixture f(expandable(), 1 * GiB);
-  const DevicePtr a = f.malloc(30 * MiB);  // 30 MiB: what it needs, past the 20 MiB minimum
-  CHECK(f.reserved() == static_cast<std::int64_t>(30 * MiB));
-  f.free(a);
-  const DevicePtr b = f.malloc(56 * MiB);  // the 30 MiB free block + 26 MiB more
-  CHECK(b == a);
-  CHECK(f.reserved() == static_cast<std::int64_t>(56 * MiB));
-  CHECK(f.stats().segment[StatType::large_pool].current == 1);
-  CHECK(f.backend.live_mappings() == 2);  // one run per grow
-  CHECK(f.stats().num_device_alloc == 2);
-}
-
-TEST_CASE("expandable: a large-pool grow maps at least 20 MiB, in 2 MiB pages, unless the cap forbids it") {
-  AllocFixture f(expandable(), 1 * GiB);
-  const DevicePtr a = f.malloc(3 * MiB);  // a 20 MiB grow: the next requests need none
-  CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
-  const DevicePtr b = f.malloc(3 * MiB);
-  const DevicePtr c = f.malloc(13 * MiB);
-  CHECK(f.backend.alloc_calls == 1);
-  const DevicePtr d = f.malloc(3 * MiB);  // 1 MiB left: a grow of 20 MiB more
+  const DevicePtr a = f.malloc(30 * MiB);  // two 20 MiB pages
   CHECK(f.reserved() == static_cast<std::int64_t>(40 * MiB));
-  CHECK(f.backend.alloc_calls == 2);
-  for (DevicePtr p : {a, b, c, d}) f.free(p);
-  f.empty_cache();
-  CHECK(f.reserved() == 0);
-
-  Config capped = expandable();
-  capped.per_process_memory_fraction = 0.1;  // 102.4 MiB of 1 GiB
-  AllocFixture g(capped, 1 * GiB);
-  g.malloc(90 * MiB);
-  g.malloc(11 * MiB);  // 20 MiB would pass the cap; the 12 it needs do not
-  CHECK(g.reserved() == static_cast<std::int64_t>(102 * MiB));
+  f.free(a);
+  const DevicePtr b = f.malloc(50 * MiB);  // the 40 MiB free block + one more page
+  CHECK(b == a);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.stats().segment[StatType::large_pool].current == 1);
+  CHECK(f.backend.live_mappings() == 2);  // a run of two pages, then one of one
+  CHECK(f.stats().num_device_alloc == 2);
 }
 
 TEST_CASE("expandable: empty_cache unmaps free pages, keeps live ones, drops empty reservations") {
@@ -136,11 +114,11 @@ TEST_CASE("expandable: a failed page map is rolled back") {
 
 TEST_CASE("expandable: a growth of many pages maps runs of up to 64 MiB and grants access once") {
   AllocFixture f(expandable(), 1 * GiB);
-  const DevicePtr a = f.malloc(190 * MiB);  // 95 pages of 2 MiB: runs of 64, 64 and 62 MiB
-  CHECK(f.reserved() == static_cast<std::int64_t>(190 * MiB));
-  CHECK(f.backend.alloc_calls == 3);
-  CHECK(f.backend.live_mappings() == 3);
-  CHECK(f.stats().num_device_alloc == 3);
+  const DevicePtr a = f.malloc(190 * MiB);  // ten 20 MiB pages: runs of 3, 3, 3 and 1
+  CHECK(f.reserved() == static_cast<std::int64_t>(200 * MiB));
+  CHECK(f.backend.alloc_calls == 4);
+  CHECK(f.backend.live_mappings() == 4);
+  CHECK(f.stats().num_device_alloc == 4);
   CHECK(f.backend.own_access_calls == 1);
   // Every byte of the growth is accessible (the fake throws otherwise).
   const std::uint64_t first = 0x1234, last = 0x5678;
@@ -155,20 +133,20 @@ TEST_CASE("expandable: a growth of many pages maps runs of up to 64 MiB and gran
   f.empty_cache();
   CHECK(f.backend.live_mappings() == 0);
   CHECK(f.backend.live_handles() == 0);
-  CHECK(f.stats().num_device_free == 3);
+  CHECK(f.stats().num_device_free == 4);
 }
 
 TEST_CASE("expandable: a run holding a live block stays mapped; whole free runs go back") {
   AllocFixture f(expandable(), 1 * GiB);
-  const DevicePtr a = f.malloc(60 * MiB);  // one run of 60 MiB
+  const DevicePtr a = f.malloc(60 * MiB);  // pages 0-2: one run
   f.free(a);
   const DevicePtr b = f.malloc(10 * MiB);  // carved from the run's start
-  const DevicePtr c = f.malloc(60 * MiB);  // the run's 50 free MiB + a 20 MiB grow, its own run
+  const DevicePtr c = f.malloc(60 * MiB);  // the run's 50 free MiB + page 3, its own run
   CHECK(b == a);
   CHECK(c == a + 10 * MiB);
   f.free(c);
-  // 70 free MiB, but only the last 20 are a whole run: the first 50 share
-  // their run with b.
+  // 50 free MiB hold two whole pages (1 and 2) and page 3, but only page 3
+  // is a whole run: pages 1-2 share their run with b.
   CHECK(f.alloc->releasable_bytes() == 20 * MiB);
   f.empty_cache();
   CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
@@ -184,7 +162,7 @@ TEST_CASE("expandable: a run that fails to map mid-growth rolls back the runs be
   const DevicePtr keep = f.malloc(10 * MiB);  // a first run, which must survive
   f.backend.fail_call_at(4);  // create, map (run 1), create, map (run 2), create (run 3): fails
   DevicePtr p = 0;
-  const Status st = f.try_malloc(190 * MiB, 0, &p);  // 180 more MiB: runs of 64, 64 and 52 MiB
+  const Status st = f.try_malloc(190 * MiB, 0, &p);  // 180 more MiB: runs of 3, 3 and 3 pages
   CHECK(f.backend.fault_fired());
   if (st == kSuccess) f.free(p);  // the out-of-memory retry may succeed; either way nothing leaks
   f.empty_cache();
@@ -196,7 +174,7 @@ TEST_CASE("expandable: a run that fails to map mid-growth rolls back the runs be
 
 TEST_CASE("expandable: a failed access grant unmaps the whole growth") {
   AllocFixture f(expandable(), 1 * GiB);
-  f.backend.fail_call_at(4);  // create, map (64 MiB), create, map (36 MiB), then the grant fails
+  f.backend.fail_call_at(4);  // create, map (3 pages), create, map (2 pages), then the grant fails
   DevicePtr p = 0;
   const Status st = f.try_malloc(100 * MiB, 0, &p);
   CHECK(st != kSuccess);

@@ -174,9 +174,9 @@ TEST_CASE("peer access: a grow of several runs is granted whole, the last run in
   c.expandable_segments = true;
   AllocFixture f(c, 1 * GiB);
   REQUIRE(f.alloc->set_peer_access(1, true) == kSuccess);
-  const DevicePtr big = f.malloc(150 * MiB);  // runs of 64, 64 and 22 MiB
+  const DevicePtr big = f.malloc(150 * MiB);  // 8 pages of 20 MiB: runs of 60, 60 and 40 MiB
   CHECK(f.backend.live_mappings() == 3);
-  for (std::size_t off : {std::size_t{0}, 64 * MiB - 1, 64 * MiB, 128 * MiB, 150 * MiB - 1})
+  for (std::size_t off : {std::size_t{0}, 60 * MiB - 1, 60 * MiB, 120 * MiB, 150 * MiB - 1})
     CHECK(f.backend.peer_can_access(1, big + off));
   REQUIRE(f.alloc->set_peer_access(1, false) == kSuccess);
   CHECK_FALSE(f.backend.peer_can_access(1, big + 128 * MiB));
