@@ -380,6 +380,9 @@ class CachingAllocator {
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);
   std::size_t unmap_free_block(Block* b, bool released = false);
+  void pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
+  void unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
+  bool device_idle_for_unmap();
   void add_free_remnant(Block* b);
   void unmap_all_free_pages();
   std::size_t mapped_bytes(const Segment* seg) const;

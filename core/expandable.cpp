@@ -215,15 +215,29 @@ Block* CachingAllocator::split_off_front(Block* b, std::size_t bytes) {
   return b;
 }
 
+// The whole pages inside free block `b`.
+void CachingAllocator::pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const {
+  const Segment* seg = b->segment;
+  *lo = seg->base + round_up(b->ptr - seg->base, seg->page);
+  *hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
+}
+
+// The whole runs inside free block `b`: what unmapping it gives back
+// (empty when lo >= hi).
+void CachingAllocator::unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const {
+  pages_within(b, lo, hi);
+  if (*lo < *hi) whole_runs_within(b->segment, lo, hi);
+}
+
 // Unmaps every whole page inside the free block `b`; what is left of `b`
 // on either side stays a free mapped block.  Returns the bytes unmapped.
 // `released`: a pause released those pages already (pause_path.cpp); they
 // only stop being paused, with no driver call.
 std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
   Segment* seg = b->segment;
-  DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
-  DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
-  if (!released && lo < hi) whole_runs_within(seg, &lo, &hi);
+  DevicePtr lo = 0, hi = 0;
+  if (released) pages_within(b, &lo, &hi);
+  else unmappable_runs_of(b, &lo, &hi);
   if (lo >= hi) return 0;
   BlockPool& pool = pool_for(seg->small);
   const bool small = seg->small;
@@ -265,12 +279,23 @@ void CachingAllocator::add_free_remnant(Block* b) {
 }
 
 void CachingAllocator::unmap_all_free_pages() {
-  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
-    std::vector<Block*> free_blocks;
-    for (Block* b : pool->blocks.all())
-      if (b->segment->expandable && b->segment->paused_pages == 0) free_blocks.push_back(b);  // (paused: nothing mapped to give)
+  std::vector<Block*> free_blocks;
+  for (BlockPool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : pool->blocks.all()) {
+      if (!b->segment->expandable || b->segment->paused_pages != 0) continue;  // (paused: nothing mapped to give)
+      DevicePtr lo = 0, hi = 0;
+      unmappable_runs_of(b, &lo, &hi);
+      if (lo < hi) free_blocks.push_back(b);
+    }
+  // A free block's pages may still be used by work its stream enqueued
+  // before the free (cuMemFreeAsync, or a plain free served without the
+  // driver's synchronization), and cuMemUnmap does not wait for that work
+  // as cuMemFree does (PyTorch found the same and synchronizes first).
+  // Unmapping under a running kernel is an illegal-address fault in the
+  // program, so the device is synchronized first; when it cannot be, the
+  // pages stay mapped.
+  if (!free_blocks.empty() && device_idle_for_unmap())
     for (Block* b : free_blocks) unmap_free_block(b);
-  }
   // A reservation with nothing mapped goes back too.
   for (auto it = expandable_.begin(); it != expandable_.end();) {
     Segment* seg = *it;
@@ -287,6 +312,13 @@ void CachingAllocator::unmap_all_free_pages() {
   }
 }
 
+// Synchronizes the device before pages are unmapped (unmap_all_free_pages).
+bool CachingAllocator::device_idle_for_unmap() {
+  if (backend_->synchronize_device() != kSuccess) return false;
+  ++stats_.num_sync_all_streams;
+  return true;
+}
+
 std::size_t CachingAllocator::mapped_bytes(const Segment* seg) const {
   if (!seg->expandable) return seg->size;
   std::size_t n = 0;
@@ -300,9 +332,8 @@ std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
   if (seg->paused_pages != 0) return 0;  // paused: its free pages went at the pause
   for (const Block* b = seg->head; b != nullptr; b = b->next) {
     if (b->allocated || b->retained || !b->mapped) continue;
-    DevicePtr lo = seg->base + round_up(b->ptr - seg->base, seg->page);
-    DevicePtr hi = seg->base + round_down(b->ptr + b->size - seg->base, seg->page);
-    if (lo < hi) whole_runs_within(seg, &lo, &hi);
+    DevicePtr lo = 0, hi = 0;
+    unmappable_runs_of(b, &lo, &hi);
     if (lo < hi) n += hi - lo;
   }
   return n;

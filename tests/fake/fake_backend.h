@@ -216,9 +216,15 @@ class FakeBackend final : public DeviceBackend {
   // joined (fence_join).
   bool device_ordered_after(std::uint64_t t) const { return joined_at_ > t; }
 
+  // Work in flight: kernels the test says may still use memory the program
+  // freed (launch_work).  cuMemUnmap does not wait for them (as cuMemFree
+  // does), and on a GPU they would fault, so vm_unmap throws until the
+  // device is synchronized.
+  void launch_work() { work_in_flight_ = true; }
   Status synchronize_device() override {
     if (fault()) return 999;
     ++device_syncs;
+    work_in_flight_ = false;
     device_synced_at_ = ++clock_;
     complete_all_events();
     return kSuccess;
@@ -285,6 +291,7 @@ class FakeBackend final : public DeviceBackend {
   // As cuMemUnmap: whole mappings only (a run of pages is one mapping).
   Status vm_unmap(DevicePtr at, std::size_t size) override {
     if (fault()) return 999;
+    if (work_in_flight_) throw std::logic_error("FakeBackend: vm_unmap while kernels may still use the pages");
     auto m = mappings_.find(at);
     if (m == mappings_.end()) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
     for (DevicePtr p = at; p < at + size; p += handles_.at(m->second)) {
@@ -556,6 +563,7 @@ class FakeBackend final : public DeviceBackend {
   bool joins_allowed_ = false;
   std::uint64_t joined_at_ = 0;
   bool auto_complete_ = false;
+  bool work_in_flight_ = false;  // launch_work() since the last synchronize_device
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;
   std::map<DevicePtr, std::size_t> segments_;

@@ -80,6 +80,10 @@ struct fake_cuda_stats_t {
   unsigned long host_register, host_unregister;
   unsigned long host_dropped_with_context; /* pinned allocations freed by their context's destruction */
   unsigned long ctx_set_current;    /* cuCtxSetCurrent calls */
+  /* cuMemUnmap calls made while a kernel launched on a held stream had not
+   * been completed by a synchronization: on a GPU, a kernel still using
+   * those pages would fault (cuMemUnmap does not wait as cuMemFree does). */
+  unsigned long vm_unmap_in_flight;
 };
 
 /* Copies the counters. */

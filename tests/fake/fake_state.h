@@ -73,6 +73,8 @@ struct CUctx_st {
 struct CUstream_st {
   int held;                  /* work recorded now stays incomplete */
   unsigned epoch;            /* bumped whenever pending work completes */
+  int launched;              /* a kernel was launched while held ... */
+  unsigned launched_epoch;   /* ... at this epoch: running until it moves */
   int capturing;
   int capture_global;        /* the capture is in global mode */
   int capture_invalidated;   /* an unsafe call was made during it */
@@ -216,6 +218,8 @@ FAKE_INTERNAL extern unsigned long fake_ctx_set_current_calls;
 FAKE_INTERNAL struct CUstream_st* fake_thread_stream(void);
 /* The head of fake.thread_streams (linked through thread_next). */
 FAKE_INTERNAL struct CUstream_st* fake_first_thread_stream(void);
+/* Whether a kernel launched on a held stream may still run (lock held). */
+FAKE_INTERNAL int fake_kernels_in_flight(void);
 
 /* ---------------- fake_state.c ---------------- */
 

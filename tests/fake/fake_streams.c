@@ -415,10 +415,27 @@ static CUresult launch(CUstream s, int ptsz) {
   if (r == CUDA_SUCCESS) {
     fake.stats.launches++;
     if (st->ctx == NULL && st != &fake.legacy_stream) fake.stats.per_thread_launches++;
+    if (st->held) {
+      st->launched = 1;
+      st->launched_epoch = st->epoch;
+    }
   }
   fake_unlock();
   return r;
 }
+static int kernel_running(const struct CUstream_st* st) {
+  return st->held && st->launched && st->epoch == st->launched_epoch;
+}
+
+int fake_kernels_in_flight(void) {
+  if (kernel_running(&fake.legacy_stream)) return 1;
+  for (const struct CUstream_st* s = fake_first_thread_stream(); s; s = s->thread_next)
+    if (kernel_running(s)) return 1;
+  for (const struct CUstream_st* s = fake.streams; s; s = s->next)
+    if (kernel_running(s)) return 1;
+  return 0;
+}
+
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;

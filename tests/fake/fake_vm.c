@@ -235,6 +235,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   }
   if (r == CUDA_SUCCESS && whole == 0) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS) {
+    if (fake_kernels_in_flight()) fake.stats.vm_unmap_in_flight++;
     forget_mappings(ptr, size);
     /* Back to reserved-but-inaccessible address space. */
     mmap((void*)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);

@@ -4,19 +4,20 @@
 # cachalloc's stats dump shows it served the allocations.
 #
 #   run_under_shim.sh --probe GPU_PROBE [--shim LIB.so --checker check_stats.py
-#                     [--expect COND]...] -- PROGRAM [ARGS...]
+#                     [--conf CACHALLOC_CONF] [--expect COND]...] -- PROGRAM [ARGS...]
 #
 # Exit 0 pass, 1 fail, 77 skip (no GPU: nvidia-smi missing or failing, or the
 # probe finds no device), as meson test expects.  Without --shim the program
 # runs bare: the baseline that proves the example itself is right.
 set -u
 
-probe="" shim="" checker="" expects=()
+probe="" shim="" checker="" conf="" expects=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --probe) probe="$2"; shift 2 ;;
     --shim) shim="$2"; shift 2 ;;
     --checker) checker="$2"; shift 2 ;;
+    --conf) conf="$2,"; shift 2 ;;  # settings before the stats dump's
     --expect) expects+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "run_under_shim: unknown argument $1"; exit 2 ;;
@@ -40,8 +41,8 @@ out="$tmp/out.txt"
 dump="$tmp/stats.json"
 
 if [[ -n "$shim" ]]; then
-  echo "running $name with LD_PRELOAD=$shim"
-  LD_PRELOAD="$shim${LD_PRELOAD:+:$LD_PRELOAD}" CACHALLOC_CONF="stats:$dump" "$@" >"$out" 2>&1
+  echo "running $name with LD_PRELOAD=$shim${conf:+ CACHALLOC_CONF=${conf%,}}"
+  LD_PRELOAD="$shim${LD_PRELOAD:+:$LD_PRELOAD}" CACHALLOC_CONF="${conf}stats:$dump" "$@" >"$out" 2>&1
 else
   echo "running $name without the shim"
   env -u LD_PRELOAD -u CACHALLOC_CONF "$@" >"$out" 2>&1

@@ -717,6 +717,29 @@ static int expandable(void) {
   return 0;
 }
 
+/* A block freed on its stream while a kernel there still uses it: the
+ * out-of-memory path gives its pages back only once the device is
+ * synchronized, because cuMemUnmap does not wait as cuMemFree does. */
+static int expandable_unmap_waits(void) {
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&p, 40 * MiB, s));
+  A->fake_hold(s, 1);
+  CHECK_CU(A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL)); /* still writes p */
+  CHECK_CU(A->mem_free_async(p, s));
+  const struct fake_cuda_stats_t s0 = stats();
+  /* More than the device has: cached pages go back before the refusal. */
+  CHECK(A->mem_alloc(&q, (size_t)1 << 40) == CUDA_ERROR_OUT_OF_MEMORY);
+  const struct fake_cuda_stats_t s1 = stats();
+  CHECK(s1.vm_unmap > s0.vm_unmap);
+  CHECK(s1.vm_unmap_in_flight == 0);
+  CHECK(s1.ctx_sync > s0.ctx_sync);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
 /* auto handle type: a driver that refuses shareable POSIX fd handles gets
  * plain ones (run with FAKE_CUDA_NO_POSIX_FD=1). */
 static int expandable_plain_handles(void) {
@@ -916,6 +939,7 @@ static const struct behaviour behaviours[] = {
   {"one_blocking_stream_serial", one_blocking_stream_serial},
   {"second_stream_waits", second_stream_waits},
   {"expandable", expandable},
+  {"expandable_unmap_waits", expandable_unmap_waits},
   {"expandable_plain_handles", expandable_plain_handles},
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
   {"fence_blocking_stream", fence_blocking_stream},

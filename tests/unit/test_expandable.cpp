@@ -66,6 +66,52 @@ TEST_CASE("expandable: empty_cache unmaps free pages, keeps live ones, drops emp
   CHECK(f.backend.used() == 0);
 }
 
+// The pages of a block freed on its stream may still be used by kernels
+// that stream enqueued before the free; cuMemUnmap does not wait for them.
+TEST_CASE("expandable: empty_cache synchronizes the device before unmapping free pages") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(40 * MiB, 0x1);
+  f.backend.launch_work();  // a kernel on stream 1 still writes a
+  f.free(a);
+  const int syncs = f.backend.device_syncs;
+  f.empty_cache();  // (the fake throws on an unmap while that kernel may run)
+  CHECK(f.backend.device_syncs == syncs + 1);
+  CHECK(f.reserved() == 0);
+  CHECK(f.stats().num_sync_all_streams >= 1);
+}
+
+TEST_CASE("expandable: the out-of-memory retry synchronizes the device before unmapping") {
+  AllocFixture f(expandable(), 100 * MiB);
+  const DevicePtr a = f.malloc(60 * MiB, 0x1);
+  f.backend.launch_work();
+  f.free(a);
+  f.malloc(60 * MiB, 0x2);  // stream 1's pages go back first, once the device is idle
+  CHECK(f.stats().num_alloc_retries >= 1);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+}
+
+TEST_CASE("expandable: nothing to unmap, no synchronization; a failed one keeps the pages") {
+  AllocFixture f(expandable(), 1 * GiB);
+  const DevicePtr a = f.malloc(10 * MiB);
+  f.malloc(5 * MiB);  // shares a's page: nothing whole to unmap once a is free
+  f.free(a);
+  int syncs = f.backend.device_syncs;
+  f.empty_cache();
+  CHECK(f.backend.device_syncs == syncs);
+  const DevicePtr b = f.malloc(40 * MiB, 0x1);
+  f.backend.launch_work();
+  f.free(b);
+  f.backend.fail_call_at(0);  // the synchronization fails: the device may still use b's pages
+  f.empty_cache();
+  CHECK(f.backend.fault_fired());
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.backend.live_mappings() == 2);
+  syncs = f.backend.device_syncs;
+  f.empty_cache();  // it succeeds now: b's run goes
+  CHECK(f.backend.device_syncs == syncs + 1);
+  CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
+}
+
 TEST_CASE("expandable: unmapped holes are mapped again on demand") {
   AllocFixture f(expandable(), 1 * GiB);
   const DevicePtr a = f.malloc(40 * MiB);
