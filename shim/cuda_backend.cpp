@@ -83,8 +83,12 @@ Status CudaBackend::event_destroy(EventId event) {
   return status(CALL(cuEventDestroy_v2, as_event(event)));
 }
 
+// cuCtxSynchronize would invalidate a global or thread-local capture: "not
+// ready" instead, and what waited on it stays parked (or mapped).  (No gate
+// here, as in fence_synchronize: record_serial_end calls this holding it.)
 Status CudaBackend::synchronize_device() {
   if (detached()) [[unlikely]] return kContextDestroyed;
+  if (strict_capture_in_flight()) [[unlikely]] return kNotReady;
   return status(CALL(cuCtxSynchronize));
 }
 

@@ -258,6 +258,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
   if (r == CUDA_SUCCESS) {
     fake.stats.ctx_sync++;
     fake_complete_all_streams();
+    fake_invalidate_global_captures();
   }
   fake_unlock();
   return r;

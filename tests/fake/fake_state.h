@@ -218,6 +218,7 @@ FAKE_INTERNAL extern unsigned long fake_ctx_set_current_calls;
 FAKE_INTERNAL struct CUstream_st* fake_thread_stream(void);
 /* The head of fake.thread_streams (linked through thread_next). */
 FAKE_INTERNAL struct CUstream_st* fake_first_thread_stream(void);
+FAKE_INTERNAL void fake_invalidate_global_captures(void);
 /* Whether a kernel launched on a held stream may still run (lock held). */
 FAKE_INTERNAL int fake_kernels_in_flight(void);
 

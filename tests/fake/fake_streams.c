@@ -155,8 +155,8 @@ EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s, 1); }
 /* ---------------- capture ---------------- */
 
 /* A global-mode capture is invalidated by a call that would synchronize
- * with it implicitly: here, work recorded on the legacy stream (lock held). */
-static void invalidate_global_captures(void) {
+ * with it: work recorded on the legacy stream, cuCtxSynchronize (lock held). */
+void fake_invalidate_global_captures(void) {
   for (struct CUstream_st* o = fake.streams; o; o = o->next)
     if (o->capturing && o->capture_global && !o->capture_invalidated) {
       o->capture_invalidated = 1;
@@ -300,7 +300,7 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
   }
   e->ndeps = 0;
   add_dep(e, st);
-  if (st == &fake.legacy_stream) invalidate_global_captures();
+  if (st == &fake.legacy_stream) fake_invalidate_global_captures();
   if (st == &fake.legacy_stream) {
     for (struct CUstream_st* o = fake_first_thread_stream(); o; o = o->thread_next) add_dep(e, o);
     for (struct CUstream_st* o = fake.streams; o; o = o->next)

@@ -740,6 +740,31 @@ static int expandable_unmap_waits(void) {
   return 0;
 }
 
+/* During a global-mode capture the out-of-memory path synchronizes nothing
+ * (cuCtxSynchronize would invalidate the capture), so free pages stay
+ * mapped; after it, they go back. */
+static int expandable_release_during_capture(void) {
+  CUstream s, c;
+  CUgraph g;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&c, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&p, 40 * MiB, s));
+  CHECK_CU(A->mem_free_async(p, s));
+  CHECK_CU(A->begin_capture(c, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK(A->mem_alloc_async(&q, (size_t)1 << 40, s) == CUDA_ERROR_OUT_OF_MEMORY);
+  const struct fake_cuda_stats_t s1 = stats();
+  CHECK(s1.ctx_sync == s0.ctx_sync && s1.capture_invalidations == s0.capture_invalidations);
+  CHECK(s1.vm_unmap == s0.vm_unmap);
+  CHECK_CU(A->end_capture(c, &g));
+  CHECK(A->mem_alloc_async(&q, (size_t)1 << 40, s) == CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK(stats().vm_unmap > s1.vm_unmap);
+  CHECK_CU(A->stream_destroy(c));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
 /* auto handle type: a driver that refuses shareable POSIX fd handles gets
  * plain ones (run with FAKE_CUDA_NO_POSIX_FD=1). */
 static int expandable_plain_handles(void) {
@@ -940,6 +965,7 @@ static const struct behaviour behaviours[] = {
   {"second_stream_waits", second_stream_waits},
   {"expandable", expandable},
   {"expandable_unmap_waits", expandable_unmap_waits},
+  {"expandable_release_during_capture", expandable_release_during_capture},
   {"expandable_plain_handles", expandable_plain_handles},
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
   {"fence_blocking_stream", fence_blocking_stream},
