@@ -118,6 +118,8 @@ struct AllocatorStats {
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;
   std::int64_t num_fence_joins = 0;
+  std::int64_t num_peak_releases = 0;
+  std::int64_t peak_release_bytes = 0;
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
   Stat deferred_free_bytes;

@@ -383,6 +383,7 @@ class CachingAllocator {
   void pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   void unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   bool device_idle_for_unmap();
+  void release_before_new_peak(std::size_t bytes);
   void add_free_remnant(Block* b);
   void unmap_all_free_pages();
   std::size_t mapped_bytes(const Segment* seg) const;
@@ -508,6 +509,7 @@ class CachingAllocator {
   Block* held_ = nullptr;
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
+  std::size_t mapped_high_water_ = 0;            // the most bytes expandable segments had mapped
   // Per stream, in record order.  Entries are kept when their queue empties
   // (one per stream that ever waited), so parking a block allocates nothing.
   std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;

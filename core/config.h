@@ -40,6 +40,13 @@ struct Config {
   double per_process_memory_fraction = 1.0;
   bool expandable_segments = false;
   HandleType expandable_segments_handle_type = HandleType::automatic;
+  // With expandable segments: before a grow would map more than the
+  // process ever had mapped, whole free runs go back first (after one
+  // device synchronization), so the high-water mark stays at what the
+  // program needs at once (core/expandable.cpp, release_before_new_peak).
+  // Off by default (it re-maps what it released); the launcher's
+  // --torch-async sets it, as CUDA's pool keeps no such slack.
+  bool release_before_peak = false;
   // --- interposer ---
   FreeSync free_sync = FreeSync::automatic;
   // A miss that would grow the cache while freed blocks wait behind fences

@@ -80,6 +80,10 @@ struct DeviceStats {
   std::int64_t num_fence_stream_queries = 0;
   std::int64_t num_fence_waits = 0;  // misses that waited for a fence instead of growing
   std::int64_t num_fence_joins = 0;  // misses that ordered later work after the fences instead of growing
+  // Grows that gave free runs back first not to pass the mapped high-water
+  // mark (release_before_peak), and the bytes they unmapped.
+  std::int64_t num_peak_releases = 0;
+  std::int64_t peak_release_bytes = 0;
   // Per-thread front caches (core/thread_cache.h): allocations their hit
   // could not serve that took the allocator's lock (malloc_cached_slow), and
   // polls of a thread's oldest fence that found it not yet complete.  What
@@ -108,6 +112,8 @@ void reset_counters(Stats& s) {
   s.num_fence_stream_queries = 0;
   s.num_fence_waits = 0;
   s.num_fence_joins = 0;
+  s.num_peak_releases = 0;
+  s.peak_release_bytes = 0;
   s.num_thread_cache_locked_allocs = 0;
   s.num_thread_fence_polls_not_ready = 0;
 }

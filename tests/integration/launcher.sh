@@ -27,7 +27,8 @@ err=$(mktemp)
 ran=$(mktemp -u)
 trap 'rm -f "$err" "$ran"' EXIT
 tail_note=" (PyTorch then allocates with cudaMallocAsync/cudaFreeAsync, which cachalloc serves)
-cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)"
+cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)
+cachalloc: --torch-async: release_before_peak:true for cachalloc, as CUDA's own pool keeps no other stream's free memory while it maps more (--conf release_before_peak:false: off)"
 # async_case NAME EXPECTED_STDOUT EXPECTED_STDERR [VAR=VALUE...]: the
 # launcher with --torch-async, from an environment holding only the given
 # PyTorch variables.
@@ -60,7 +61,8 @@ async_case "both names, one empty" "backend:cudaMallocAsync|backend:cudaMallocAs
 async_case "native keys noted" "backend:cudaMallocAsync,expandable_segments:True,max_split_size_mb:128|unset|unset|$lib" \
   "cachalloc: --torch-async: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,expandable_segments:True,max_split_size_mb:128 (PyTorch then allocates with cudaMallocAsync/cudaFreeAsync, which cachalloc serves)
 cachalloc: note: PyTorch ignores expandable_segments max_split_size_mb under backend:cudaMallocAsync; cachalloc has keys of the same names: give them with --conf (cachalloc --help)
-cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)" \
+cachalloc: --torch-async: expandable_segments:true for cachalloc, as CUDA's own pool maps pages into one range (--conf expandable_segments:false: classic segments)
+cachalloc: --torch-async: release_before_peak:true for cachalloc, as CUDA's own pool keeps no other stream's free memory while it maps more (--conf release_before_peak:false: off)" \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128
 # Another backend named: refused, the program never runs.
 for conflict in "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, backend:native" "PYTORCH_ALLOC_CONF=backend:native"; do
@@ -74,12 +76,12 @@ done
 # With --conf too; and without --torch-async nothing of PyTorch's is touched.
 out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF CACHALLOC_CONF=stats:stderr "$launcher" --torch-async --conf free_sync:fence -- \
       sh -c 'printf "%s|%s" "$PYTORCH_CUDA_ALLOC_CONF" "$CACHALLOC_CONF"' 2>/dev/null)
-[ "$out" = "backend:cudaMallocAsync|stats:stderr,free_sync:fence,expandable_segments:true" ] || fail "torch-async with --conf gave '$out'"
+[ "$out" = "backend:cudaMallocAsync|stats:stderr,free_sync:fence,expandable_segments:true,release_before_peak:true" ] || fail "torch-async with --conf gave '$out'"
 # The user's own choice of segments is kept, from either place, and nothing is said of it.
-for given in "CACHALLOC_CONF=expandable_segments:false" "CACHALLOC_CONF=stats:stderr,expandable_segments:true"; do
+for given in "CACHALLOC_CONF=expandable_segments:false" "CACHALLOC_CONF=stats:stderr,expandable_segments:true,release_before_peak:true"; do
   out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF "$given" "$launcher" --torch-async -- sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>"$err")
   [ "$out" = "${given#CACHALLOC_CONF=}" ] || fail "torch-async with $given gave CACHALLOC_CONF '$out'"
-  ! grep -q expandable_segments:true "$err" || fail "torch-async with $given said '$(cat "$err")'"
+  ! grep -q "expandable_segments:true\|release_before_peak:true" "$err" || fail "torch-async with $given said '$(cat "$err")'"
 done
 out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF -u CACHALLOC_CONF "$launcher" --torch-async --conf expandable_segments:false -- \
       sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>/dev/null)

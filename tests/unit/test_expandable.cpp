@@ -112,6 +112,47 @@ TEST_CASE("expandable: nothing to unmap, no synchronization; a failed one keeps 
   CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
 }
 
+Config release_before_peak() {
+  Config c = expandable();
+  c.release_before_peak = true;
+  return c;
+}
+
+TEST_CASE("release_before_peak: another stream's free run goes back before the mapped peak would rise") {
+  for (const bool on : {false, true}) {
+    INFO(on);
+    AllocFixture f(on ? release_before_peak() : expandable(), 1 * GiB);
+    const DevicePtr a = f.malloc(40 * MiB, 0x1);
+    f.backend.launch_work();  // a kernel on stream 1 still uses a
+    f.free(a);
+    const int syncs = f.backend.device_syncs;
+    f.malloc(40 * MiB, 0x2);
+    const auto s = f.stats();
+    CHECK(f.reserved() == static_cast<std::int64_t>(on ? 40 * MiB : 80 * MiB));
+    CHECK(s.reserved_bytes[StatType::aggregate].peak == static_cast<std::int64_t>(on ? 40 * MiB : 80 * MiB));
+    CHECK(s.num_peak_releases == (on ? 1 : 0));
+    CHECK(s.peak_release_bytes == static_cast<std::int64_t>(on ? 40 * MiB : 0));
+    CHECK(f.backend.device_syncs == syncs + (on ? 1 : 0));  // the device first: the kernel may still run
+  }
+}
+
+TEST_CASE("release_before_peak: nothing goes back below the high-water mark; the smallest run that covers goes first") {
+  AllocFixture f(release_before_peak(), 1 * GiB);
+  const DevicePtr a = f.malloc(20 * MiB, 0x1);
+  const DevicePtr b = f.malloc(60 * MiB, 0x2);
+  const DevicePtr d = f.malloc(20 * MiB, 0x4);  // high-water mark 100 MiB
+  f.free(a);
+  f.free(b);
+  f.free(d);
+  f.free(f.malloc(10 * MiB, 0x1));  // served from a's run: no grow, nothing released
+  CHECK(f.stats().num_peak_releases == 0);
+  f.malloc(20 * MiB, 0x3);  // 100 + 20 > 100: a 20 MiB run goes (a's or d's), not b's 60
+  CHECK(f.stats().num_peak_releases == 1);
+  CHECK(f.stats().peak_release_bytes == static_cast<std::int64_t>(20 * MiB));
+  CHECK(f.reserved() == static_cast<std::int64_t>(100 * MiB));
+  CHECK(f.backend.live_mappings() == 3);  // b's run, one of a's and d's, the new one
+}
+
 TEST_CASE("expandable: unmapped holes are mapped again on demand") {
   AllocFixture f(expandable(), 1 * GiB);
   const DevicePtr a = f.malloc(40 * MiB);
