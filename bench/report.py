@@ -71,7 +71,7 @@ CONFIG_LABEL = {"native": "PyTorch's allocator", "cachalloc": "cachalloc (PYTORC
                 "cachalloc_expandable": "cachalloc, expandable_segments:true",
                 "cachalloc_pluggable": "cachalloc as PyTorch's pluggable allocator",
                 "cudapool": "CUDA's pool (backend:cudaMallocAsync)",
-                "cachalloc_async": "cachalloc --torch-async (cudaMallocAsync route, expandable)",
+                "cachalloc_async": "cachalloc --torch-async (cudaMallocAsync route, expandable, release_before_peak)",
                 "cachalloc_w256": "cachalloc, fence_wait_max_mb:256",
                 "cachalloc_expandable_w256": "cachalloc, expandable, fence_wait_max_mb:256"}
 BASELINE_OF = {"cachalloc": "native", "cachalloc_expandable": "native_expandable", "cachalloc_pluggable": "native",

@@ -357,7 +357,8 @@ def write_fake_dump(path, group):
 
 # The program contenders (issue 18 item 5).  cachalloc_async is what the
 # launcher's --torch-async sets up (PyTorch's cudaMallocAsync backend served
-# by cachalloc in stream order, cachalloc's expandable segments on);
+# by cachalloc in stream order, cachalloc's expandable segments and
+# release_before_peak on; before 2026-11-26 08:30 without the latter);
 # cachalloc_pluggable loads it as PyTorch's pluggable allocator
 # (bench/programs/common.py reads BENCH_CACHALLOC_PLUGGABLE); cudapool is
 # CUDA's own stream-ordered pool through the same PyTorch backend.
@@ -375,7 +376,7 @@ CONFIG_ENV = {
     "cachalloc_expandable_w256": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
 }
 CACHALLOC_CONF_OF = {"cachalloc_expandable": ["expandable_segments:true"],
-                     "cachalloc_async": ["expandable_segments:true"],
+                     "cachalloc_async": ["expandable_segments:true", "release_before_peak:true"],
                      "cachalloc_w256": ["fence_wait_max_mb:256"],
                      "cachalloc_expandable_w256": ["expandable_segments:true", "fence_wait_max_mb:256"]}
 
