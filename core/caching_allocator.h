@@ -382,6 +382,7 @@ class CachingAllocator {
   std::size_t unmap_free_block(Block* b, bool released = false);
   void pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   void unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
+  std::vector<std::pair<std::size_t, Block*>> unmappable_free_blocks() const;
   bool device_idle_for_unmap();
   void release_before_new_peak(std::size_t bytes);
   void add_free_remnant(Block* b);

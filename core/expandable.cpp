@@ -280,15 +280,22 @@ void CachingAllocator::add_free_remnant(Block* b) {
   pool_for(small).blocks.insert(b);
 }
 
-void CachingAllocator::unmap_all_free_pages() {
-  std::vector<Block*> free_blocks;
-  for (BlockPool* pool : {&small_pool_, &large_pool_})
+// Free blocks of expandable segments holding whole runs, with the bytes
+// unmapping each would give back.
+std::vector<std::pair<std::size_t, Block*>> CachingAllocator::unmappable_free_blocks() const {
+  std::vector<std::pair<std::size_t, Block*>> out;
+  for (const BlockPool* pool : {&small_pool_, &large_pool_})
     for (Block* b : pool->blocks.all()) {
       if (!b->segment->expandable || b->segment->paused_pages != 0) continue;  // (paused: nothing mapped to give)
       DevicePtr lo = 0, hi = 0;
       unmappable_runs_of(b, &lo, &hi);
-      if (lo < hi) free_blocks.push_back(b);
+      if (lo < hi) out.emplace_back(hi - lo, b);
     }
+  return out;
+}
+
+void CachingAllocator::unmap_all_free_pages() {
+  const auto free_blocks = unmappable_free_blocks();
   // A free block's pages may still be used by work its stream enqueued
   // before the free (cuMemFreeAsync, or a plain free served without the
   // driver's synchronization), and cuMemUnmap does not wait for that work
@@ -297,7 +304,7 @@ void CachingAllocator::unmap_all_free_pages() {
   // program, so the device is synchronized first; when it cannot be, the
   // pages stay mapped.
   if (!free_blocks.empty() && device_idle_for_unmap())
-    for (Block* b : free_blocks) unmap_free_block(b);
+    for (const auto& [bytes, b] : free_blocks) unmap_free_block(b);
   // A reservation with nothing mapped goes back too.
   for (auto it = expandable_.begin(); it != expandable_.end();) {
     Segment* seg = *it;
@@ -327,14 +334,7 @@ void CachingAllocator::release_before_new_peak(std::size_t bytes) {
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
   mapped_high_water_ = std::max(mapped_high_water_, reserved);  // (a resume maps pages too)
   if (reserved + bytes <= mapped_high_water_) return;
-  std::vector<std::pair<std::size_t, Block*>> free_runs;  // (bytes it would unmap, block)
-  for (BlockPool* pool : {&small_pool_, &large_pool_})
-    for (Block* b : pool->blocks.all()) {
-      if (!b->segment->expandable || b->segment->paused_pages != 0) continue;
-      DevicePtr lo = 0, hi = 0;
-      unmappable_runs_of(b, &lo, &hi);
-      if (lo < hi) free_runs.emplace_back(hi - lo, b);
-    }
+  auto free_runs = unmappable_free_blocks();
   if (free_runs.empty() || !device_idle_for_unmap()) return;
   std::sort(free_runs.begin(), free_runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   ++stats_.num_peak_releases;
