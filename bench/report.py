@@ -413,6 +413,29 @@ class Programs:
     def peak(self, p, c):
         return Stat([mib(r.get("peak_bytes")) for r in self.by.get((p, c), [])])
 
+    def paired_step(self, p, c, base):
+        """c's step median ÷ base's, round by round (both ran in the same
+        round, one after the other): the machine's drift between rounds cancels."""
+        mine = {r["round"]: r.get("step_ms_median") for r in self.by.get((p, c), [])}
+        theirs = {r["round"]: r.get("step_ms_median") for r in self.by.get((p, base), [])}
+        return Stat([mine[k] / theirs[k] for k in mine if mine[k] and theirs.get(k)])
+
+    def host(self, p, c, key):
+        return Stat([r.get(key) for r in self.by.get((p, c), [])])
+
+    def inside_share(self, p, c):
+        """Time inside cachalloc over the timed steps ÷ their host time, % (its
+        driver calls and waits included): the most cachalloc itself can add to a step."""
+        out = []
+        for r in self.by.get((p, c), []):
+            ns, ms = (r.get("cachalloc") or {}).get("ns_inside"), r.get("step_ms")
+            if ns and ms:
+                out.append(100 * ns / 1e6 / sum(ms))
+        return Stat(out)
+
+    def cpus_seen(self, p, c):
+        return sorted({x for r in self.by.get((p, c), []) for x in (r.get("step_cpus") or [])})
+
     def ns_per_call(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("ns_per_call") for r in self.by.get((p, c), [])])
 
@@ -458,20 +481,25 @@ def programs_tables(pr):
             base = baseline_of(c)
             ratio = "—"
             if base and pr.step(p, base):
-                ratio = f"{st.median / pr.step(p, base).median:.3f}×"
+                paired = pr.paired_step(p, c, base)
+                ratio = f"{fmt_stat(paired)} ({paired.n})" if paired else f"{st.median / pr.step(p, base).median:.3f}"
             rows.append([config_label(c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
                          fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          fmt_stat(pr.ns_own_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—",
                          pr.fence_counts(p, c) if c.startswith("cachalloc") else "—"])
         out.append("")
-        out.append(table(["allocator", "runs", "step ms, median [min–max]", "÷ PyTorch's (same segments)",
+        out.append(table(["allocator", "runs", "step ms, median [min–max]",
+                          "÷ PyTorch's (same segments), per round [min–max] (rounds)",
                           "device peak MiB (NVML)", "ns inside cachalloc per call",
                           "of it cachalloc's own (less driver calls)", "driver calls per free",
                           "fence joins / host waits"], rows))
         ident, detail = pr.identical(p)
         out.append(f"\nlosses{' and generated tokens' if p == 'hf_gpt2' else ''} bit-identical across "
                    f"allocators and runs: {'yes' if ident else ('no' if ident is False else '—')} ({detail})\n")
+        host = host_table(pr, p)
+        if host:
+            out.append(host)
     if not out:
         return "No program ran."
     sources = sorted({r.get("peak_source") for r in pr.runs if r.get("peak_source")})
@@ -481,6 +509,29 @@ def programs_tables(pr):
                "each run's median, then median [min–max] over runs. cachalloc runs have `stats:` set, which "
                "adds two clock reads per call (to measure the time inside it).")
     return "\n".join(out)
+
+
+def host_table(pr, p):
+    """Why a run was slow, where the records say (common.StepTimer): the main
+    thread's CPU time and run-queue wait per step, the CPUs it ran on, the
+    host's steal over the process.  Empty for runs without these fields."""
+    rows = []
+    for c in pr.configs(p):
+        cpu, wait = pr.host(p, c, "step_cpu_ms_median"), pr.host(p, c, "step_wait_ms_median")
+        if not cpu:
+            continue
+        cpus = pr.cpus_seen(p, c)
+        rows.append([config_label(c), fmt_stat(pr.step(p, c)), fmt_stat(cpu), fmt_stat(wait),
+                     fmt_stat(pr.inside_share(p, c), " %"), fmt_stat(pr.host(p, c, "steal_ms")),
+                     ",".join(map(str, cpus[:12])) + (" …" if len(cpus) > 12 else "")])
+    if not rows:
+        return ""
+    return ("\n" + table(["allocator", "step ms", "main thread on a CPU, ms per step", "waiting for a CPU, ms per step",
+                          "inside cachalloc, share of the step", "host steal over the process, ms", "CPUs its steps ended on"], rows) +
+            "\n\nMedians per run, then median [min–max] over runs.  A process whose step time is high with the "
+            "same CPU time ran slower on its CPU (placement, frequency, a busy sibling thread); one with run-queue "
+            "wait or steal lost the CPU.  The share inside cachalloc (its driver calls and waits included, from its "
+            "counters) bounds what it can add to a step by its own work.\n")
 
 
 # --- targets --------------------------------------------------------------------------------

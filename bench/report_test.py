@@ -206,12 +206,14 @@ def test_report():
 
 
 def test_harness(host_bin):
+    pin = min(os.sched_getaffinity(0))  # one CPU this test may use: every program process runs on it alone
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "raw.json")
         t = time.time()
         p = run([os.path.join(HERE, "run_bench.py"), "--out", raw, "--work", os.path.join(tmp, "w"), "--preset", "tiny",
                  "--dry-run", "--bench-static", host_bin, "--bench-shared", host_bin, "--torch-bench", host_bin,
-                 "--floor", "dry", "--shim", "dry", "--gpus", "2", "--deadline", str(time.time() + 150)], timeout=170)
+                 "--floor", "dry", "--shim", "dry", "--gpus", "2", "--deadline", str(time.time() + 150),
+                 "--pin", str(pin)], timeout=170)
         check(p.returncode == 0, f"run_bench.py --dry-run exit {p.returncode}")
         print(f"dry run: {time.time() - t:.1f} s")
         data = json.load(open(raw))
@@ -250,6 +252,16 @@ def test_harness(host_bin):
         progs = {(r["program"], r["config"]) for r in data["programs"]["runs"]}
         check(len(progs) == 16, f"4 programs x 4 configurations: {len(progs)}")
         check(data["programs"]["rounds_done"] == 2, "two program rounds")
+        runs = data["programs"]["runs"]
+        check(data["meta"]["pin"] == str(pin), "the pinned CPUs are in the metadata")
+        check(all(r["affinity"] == [pin] for r in runs), f"every program process ran on CPU {pin} only: "
+              f"{sorted({str(r['affinity']) for r in runs})}")
+        check(all(r["step_cpus"] == [pin] and r["step_cpu_ms_median"] is not None for r in runs),
+              "each record has the CPUs its steps ran on and the main thread's CPU time")
+        for kind in ("suite", "ddp"):  # alternating order: round 1 runs the contenders in reverse
+            seq = [[r["config"] for r in runs if r["round"] == k and r["kind"] == kind and
+                    r["program"] in ("train_varlen", "ddp_train")] for k in (0, 1)]
+            check(len(seq[0]) == 4 and seq[1] == seq[0][::-1], f"{kind}: round 1 reverses round 0: {seq}")
         rep = run([os.path.join(HERE, "report.py"), raw, "--plots-dir", tmp])
         check(rep.returncode == 0, "report.py on the dry run")
         check("### Targets" in rep.stdout and "ddp_train" in rep.stdout, "dry-run report has targets and DDP")

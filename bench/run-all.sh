@@ -50,6 +50,10 @@
 #                            cachalloc_w256, cachalloc_expandable_w256:
 #                            bench/run_bench.py's CONFIG_ENV)
 #   --phases LIST            suite.py's phases (default train,hf,side)
+#   --pin CPUS               programs: every program process on these CPUs
+#                            only (taskset list, e.g. 2-5), the same for every
+#                            contender; step time then varies less between
+#                            processes (docs/BENCHMARKS.md §5)
 #   --dry-run                no GPU needed: the harness on host malloc and a fake
 #                            program (checks the script itself; figures meaningless)
 #   BUILD_DIR (build-gpu), JOBS (nproc), BENCH_PYTHON (python3),
@@ -69,6 +73,7 @@ NO_DDP=0
 DDP_ONLY=0
 CONFIGS=""
 PHASES=""
+PIN=""
 DRY=0
 ARGS="$*"
 while (($#)); do
@@ -83,6 +88,7 @@ while (($#)); do
     --ddp-only) DDP_ONLY=1 ;;
     --configs) CONFIGS=$2; shift ;;
     --phases) PHASES=$2; shift ;;
+    --pin) PIN=$2; shift ;;
     --dry-run) DRY=1 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 0 ;;
     *) echo "run-all.sh: unknown argument $1 (--help)"; exit 2 ;;
@@ -308,6 +314,7 @@ else
   ((DDP_ONLY)) && measure_args+=(--ddp-only)
   [[ -n $CONFIGS ]] && measure_args+=(--configs "$CONFIGS")
   [[ -n $PHASES ]] && measure_args+=(--phases "$PHASES")
+  [[ -n $PIN ]] && measure_args+=(--pin "$PIN")
   ((DRY)) && measure_args+=(--dry-run)
   left=$(( DEADLINE - $(date +%s) ))
   ((left < 30)) && left=30

@@ -90,12 +90,40 @@ def tail(text, n=12):
     return "\n".join(lines[-n:])
 
 
-def run(cmd, env, timeout, cwd=ROOT):
-    """(rc, stdout, stderr, seconds); rc 124 on timeout, 127 when it cannot start."""
+def parse_cpus(text):
+    """'2-5,8' -> {2, 3, 4, 5, 8} (taskset's list syntax); SystemExit when malformed."""
+    cpus = set()
+    try:
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SystemExit(f"run_bench: --pin {text!r}: expected a CPU list such as 2-5,8")
+    if not cpus:
+        raise SystemExit("run_bench: --pin: empty CPU list")
+    return cpus
+
+
+def steal_ms():
+    """The machine's CPU time stolen by its host so far, ms (/proc/stat,
+    all CPUs summed; None where not reported).  A virtual machine whose host
+    is busy loses this time while its threads think they are running."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else None
+    except (OSError, ValueError):
+        return None
+
+
+def run(cmd, env, timeout, cwd=ROOT, cpus=None):
+    """(rc, stdout, stderr, seconds); rc 124 on timeout, 127 when it cannot start.
+    cpus: the CPU set the command (and every thread it starts) may run on."""
     t = time.time()
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     try:
         p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                           errors="replace")
+                           errors="replace", preexec_fn=pin)
         return p.returncode, p.stdout, p.stderr, time.time() - t
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -424,7 +452,11 @@ def parse_results(stdout):
     return out
 
 
-def program_record(res, config, r, secs, kind):
+def median_or_none(xs):
+    return statistics.median(xs) if xs else None
+
+
+def program_record(res, config, r, secs, kind, steal=None):
     ms = res.get("step_ms") or []
     rec = {"program": res.get("program"), "config": config, "round": r, "ok": bool(res.get("ok")),
            "skipped": bool(res.get("skipped")), "error": res.get("error"), "kind": kind,
@@ -432,7 +464,13 @@ def program_record(res, config, r, secs, kind):
            "losses": res.get("losses"), "tokens": res.get("tokens"), "gen_ms": res.get("gen_ms"),
            "peak_bytes": (res.get("peak") or {}).get("bytes"), "peak_source": (res.get("peak") or {}).get("source"),
            "baseline_bytes": (res.get("peak") or {}).get("baseline_bytes"),
-           "torch_mem": res.get("torch_mem"), "cachalloc": res.get("cachalloc"), "process_seconds": round(secs, 2)}
+           "torch_mem": res.get("torch_mem"), "cachalloc": res.get("cachalloc"), "process_seconds": round(secs, 2),
+           # why a process ran slow (common.StepTimer): the main thread's CPU
+           # and run-queue time per step, the CPUs it ran on, the host's steal
+           "step_cpu_ms_median": median_or_none(res.get("step_cpu_ms")),
+           "step_wait_ms_median": median_or_none(res.get("step_wait_ms")),
+           "step_cpus": sorted(set(res.get("step_cpus") or [])), "affinity": res.get("affinity"),
+           "steal_ms": steal}
     return rec
 
 
@@ -507,8 +545,11 @@ def programs_section(a, p, raw, budget, until):
             status = "partial"
             break
         t_round = time.time()
-        jobs = ([] if a.ddp_only else [("suite", c) for c in configs]) + \
-            ([("ddp", c) for c in configs] if with_ddp else [])
+        # Every other round runs the contenders in reverse (A B B A ...), so a
+        # drift of the machine during a run favours none of them.
+        order = configs if r % 2 == 0 else configs[::-1]
+        jobs = ([] if a.ddp_only else [("suite", c) for c in order]) + \
+            ([("ddp", c) for c in order] if with_ddp else [])
         for kind, config in jobs:
             key = f"{kind}/{config}"
             if failures.get(key, 0) >= 2:
@@ -523,13 +564,16 @@ def programs_section(a, p, raw, budget, until):
             env = clean_env(config_env(a, config, stats))
             cmd = (suite + args) if kind == "suite" else (ddp + ddp_args)
             timeout = max(10.0, min(a.program_timeout, budget.left(until) + 5))
-            rc, out, err, secs = run(cmd, env, timeout)
+            stolen = steal_ms()
+            rc, out, err, secs = run(cmd, env, timeout, cpus=a.pin_cpus)
+            after = steal_ms()
+            stolen = round(after - stolen, 1) if None not in (stolen, after) else None
             budget.record(key, secs)
             results = parse_results(out)
             if kind == "ddp" and results:
                 results = [merge_ranks(results)]
             for res in results:
-                rec = program_record(res, config, r, secs, kind)
+                rec = program_record(res, config, r, secs, kind, stolen)
                 rec["exit_dumps"] = exit_dumps(a.work, f"prog-{kind}-{config}-r{r}-")
                 runs.append(rec)
                 if not rec["ok"] and not rec["skipped"]:
@@ -581,7 +625,8 @@ def write_raw(path, raw):
 def machine_meta(a):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "host": platform.node(), "python": platform.python_version(), "preset": a.preset,
-            "dry_run": a.dry_run, "gpus": a.gpus, "command": " ".join(shlex.quote(x) for x in sys.argv)}
+            "dry_run": a.dry_run, "gpus": a.gpus, "pin": a.pin, "order": "alternating",
+            "command": " ".join(shlex.quote(x) for x in sys.argv)}
     if shutil.which("nvidia-smi") and not a.dry_run:
         rc, out, _, _ = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                             None, 30)
@@ -631,7 +676,13 @@ def main():
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--meta", action="append", help="K=V added to the run's metadata")
     ap.add_argument("--build-status", default=None, help="JSON file of the build section (run-all.sh)")
+    ap.add_argument("--pin", default=None, help="programs: run every program process on these CPUs only "
+                    "(taskset's list syntax, e.g. 2-5), the same set for every contender")
     a = ap.parse_args()
+    a.pin_cpus = parse_cpus(a.pin) if a.pin else None
+    if a.pin_cpus and hasattr(os, "sched_getaffinity") and not a.pin_cpus <= os.sched_getaffinity(0):
+        raise SystemExit(f"run_bench: --pin {a.pin}: not all of these CPUs are available here "
+                         f"({sorted(os.sched_getaffinity(0))})")
     p = PRESETS[a.preset]
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

@@ -357,22 +357,58 @@ class CachallocCounters:
 
 # --- timing and output ---------------------------------------------------------------------
 
+def _thread_sched():
+    """(ns on a CPU, ns waiting on a run queue, CPU number) of the calling
+    thread, from /proc (Linux); Nones elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+        with open("/proc/thread-self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, 'processor'
+        return run_ns, wait_ns, cpu
+    except (OSError, ValueError, IndexError):
+        return None, None, None
+
+
 class StepTimer:
+    """Host ms per step (each step starts and ends with a device synchronize).
+
+    Beside the wall time it keeps, per step, what explains a slow process
+    without a profiler: the main thread's time on a CPU (`cpu_ms`; it spins
+    in the synchronizes, so it tracks the wall time unless the thread was
+    off the CPU), its time waiting for a CPU (`wait_ms`, the kernel's run-queue
+    delay), and the CPU it ended the step on (`cpus`).  run_bench.py pins
+    processes on request and compares these across processes."""
+
     def __init__(self):
         import torch
 
         self.torch = torch
-        self.times = []
+        self.reset()
+
+    def reset(self):
+        self.times, self.cpu_ms, self.wait_ms, self.cpus = [], [], [], []
 
     def __enter__(self):
         self.torch.cuda.synchronize()
+        self.s0 = _thread_sched()
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.torch.cuda.synchronize()
         self.times.append((time.perf_counter() - self.t0) * 1e3)
+        run_ns, wait_ns, cpu = _thread_sched()
+        if run_ns is not None and self.s0[0] is not None:
+            self.cpu_ms.append((run_ns - self.s0[0]) / 1e6)
+            self.wait_ms.append((wait_ns - self.s0[1]) / 1e6)
+            self.cpus.append(cpu)
         return False
+
+    def host(self):
+        """The RESULT keys beside step_ms (empty lists without /proc)."""
+        return {"step_cpu_ms": self.cpu_ms, "step_wait_ms": self.wait_ms, "step_cpus": self.cpus,
+                "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
 
 
 def emit(result):

@@ -62,7 +62,7 @@ def main():
     sampler.reset()
     for step, (b, t) in enumerate(train_varlen.shapes(args, total)):
         if step == args.warmup:
-            timer.times.clear()
+            timer.reset()
             before = counters.snapshot() if counters.available else None
         cpu = train_varlen.batch(args, step * world + rank, b, t)
         with timer:
@@ -81,7 +81,7 @@ def main():
     after = counters.snapshot() if counters.available else None
     torch.cuda.synchronize()
     result = {"program": "ddp_train", "ok": all(math.isfinite(v) for v in values), "rank": rank,
-              "world_size": world, "steps": args.steps, "warmup": args.warmup, "step_ms": timer.times,
+              "world_size": world, "steps": args.steps, "warmup": args.warmup, "step_ms": timer.times, **timer.host(),
               "losses": losses, "loss_values": values, "allocator": common.allocator_label(),
               "torch_mem": {"max_reserved": torch.cuda.max_memory_reserved(dev),
                             "max_allocated": torch.cuda.max_memory_allocated(dev)},

@@ -84,7 +84,7 @@ def run(args, sampler=None, counters=None, name="hf_gpt2"):
     before = None
     for step, (b, t) in enumerate(plan):
         if step == args.warmup:
-            timer.times.clear()
+            timer.reset()
             before = counters.snapshot() if counters is not None else None
         ids = batch(args, cfg.vocab_size, step, b, t)
         with timer:
@@ -111,7 +111,7 @@ def run(args, sampler=None, counters=None, name="hf_gpt2"):
     after = counters.snapshot() if counters is not None else None
     tokens = gen[:, prompt.shape[1]:].tolist()
     result = {"program": name, "ok": all(math.isfinite(v) for v in values), "steps": args.steps,
-              "warmup": args.warmup, "step_ms": timer.times, "gen_ms": gen_ms, "losses": losses,
+              "warmup": args.warmup, "step_ms": timer.times, **timer.host(), "gen_ms": gen_ms, "losses": losses,
               "loss_values": values, "tokens": tokens, "allocator": common.allocator_label(),
               "torch_mem": {"max_reserved": torch.cuda.max_memory_reserved(dev),
                             "max_allocated": torch.cuda.max_memory_allocated(dev)}}

@@ -140,7 +140,7 @@ def run(args, side_stream=False, sampler=None, counters=None, name=None):
     before = None
     for step, (b, t) in enumerate(shapes(args, total)):
         if step == args.warmup:
-            timer.times.clear()
+            timer.reset()
             before = counters.snapshot() if counters is not None else None
         cpu = batch(args, step, b, t)
         with timer:
@@ -188,7 +188,7 @@ def run(args, side_stream=False, sampler=None, counters=None, name=None):
     after = counters.snapshot() if counters is not None else None
     torch.cuda.synchronize()
     result = {"program": name, "ok": all(math.isfinite(v) for v in values), "steps": args.steps,
-              "warmup": args.warmup, "step_ms": timer.times, "losses": losses, "loss_values": values,
+              "warmup": args.warmup, "step_ms": timer.times, **timer.host(), "losses": losses, "loss_values": values,
               "allocator": common.allocator_label(),
               "torch_mem": {"max_reserved": torch.cuda.max_memory_reserved(dev),
                             "max_allocated": torch.cuda.max_memory_allocated(dev)}}

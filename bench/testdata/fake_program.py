@@ -17,6 +17,13 @@ ap.add_argument("--hf-steps", type=int, default=2)
 ap.add_argument("--ddp", action="store_true")
 args = ap.parse_args()
 
+
+def current_cpu():
+    """The CPU this thread is on now (/proc: field 39 of its stat line)."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
 config = os.environ.get("FAKE_ALLOCATOR", "native")
 rng = random.Random()
 names = {"train": "train_varlen", "hf": "hf_gpt2", "side": "train_varlen_side"}
@@ -34,6 +41,10 @@ for phase in phases:
                "peak": {"bytes": int((5.0 if "expandable" in config else 5.5) * 2**30 * rng.uniform(0.999, 1.001)),
                         "baseline_bytes": 600 << 20, "source": "nvml"},
                "torch_mem": {"max_reserved": 0, "max_allocated": 0}}
+        # what common.StepTimer adds (the harness's --pin is checked through these)
+        res.update(step_cpu_ms=[ms * 0.98 for ms in res["step_ms"]], step_wait_ms=[0.0] * steps,
+                   step_cpus=[current_cpu()] * steps,
+                   affinity=sorted(os.sched_getaffinity(0)))
         if phase == "hf":
             res["tokens"] = [[3, 24, 171], [5, 38, 269]]
             res["gen_ms"] = 80.0
