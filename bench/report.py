@@ -51,9 +51,12 @@ FLAT_TOLERANCE = 1.25      # largest live-block figure / the figure at the fewes
 NS_PER_CALL = 200.0
 DRIVER_CALLS_PER_FREE = 0.1
 PEAK_TOLERANCE = 0.01      # device peak may exceed PyTorch's by this fraction (NVML sampling)
+STEP_LIMIT = 1.05          # issue 18: step time at most the baseline's + 5 %
+STEP_COVERAGE = 0.9        # ... judged on this interval of the median per-round ratio
 
 MARK = {"met": "**met**", "missed": "**MISSED**", "n/a": "not measured",
-        "unverified": "unverified (its lower bound is under the threshold)"}
+        "unverified": "unverified (its lower bound is under the threshold)",
+        "unresolved": "unresolved (the interval holds the limit: more rounds needed)"}
 
 CONTENDER_ORDER = ["bare", "floor", "torch", "cachalloc"]
 CASE_ORDER = ["pair", "pair_blocking", "pair_nonblocking", "async"]
@@ -116,6 +119,21 @@ class Stat:
 
     def as_dict(self):
         return {"median": self.median, "min": self.min, "max": self.max, "q1": self.q1, "q3": self.q3, "n": self.n}
+
+
+def median_interval(values, coverage=STEP_COVERAGE):
+    """(lo, hi, achieved coverage) for the median of `values`, free of any
+    assumption about their distribution: the order statistics a sign test
+    gives (x(k), x(n-k+1)) with P(Binomial(n, 1/2) < k) on each side.  None
+    when there are too few values for `coverage` (fewer than 5 for 90 %)."""
+    v = sorted(values)
+    n, best = len(v), None
+    for k in range(1, n // 2 + 1):
+        cover = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+        if cover < coverage:
+            break
+        best = (v[k - 1], v[n - k], cover)
+    return best
 
 
 def fmt(x, unit=""):
@@ -439,6 +457,10 @@ class Programs:
     def ns_per_call(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("ns_per_call") for r in self.by.get((p, c), [])])
 
+    def timer_ns_per_call(self, p, c):
+        """The driver's own time per allocation call (bench/call_timer.so in the cudapool runs)."""
+        return Stat([(r.get("call_timer") or {}).get("ns_per_call") for r in self.by.get((p, c), [])])
+
     def ns_own_per_call(self, p, c):
         return Stat([(r.get("cachalloc") or {}).get("ns_own_per_call") for r in self.by.get((p, c), [])])
 
@@ -484,14 +506,16 @@ def programs_tables(pr):
                 paired = pr.paired_step(p, c, base)
                 ratio = f"{fmt_stat(paired)} ({paired.n})" if paired else f"{st.median / pr.step(p, base).median:.3f}"
             rows.append([config_label(c), st.n, fmt_stat(st), ratio, fmt_stat(pk),
-                         fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else "—",
+                         fmt_stat(pr.ns_per_call(p, c)) if c.startswith("cachalloc") else
+                         fmt_stat(pr.timer_ns_per_call(p, c)) if pr.timer_ns_per_call(p, c) else "—",
                          fmt_stat(pr.ns_own_per_call(p, c)) if c.startswith("cachalloc") else "—",
                          (lambda s: f"{s.median:.4f}" if s else "—")(pr.dcpf(p, c)) if c.startswith("cachalloc") else "—",
                          pr.fence_counts(p, c) if c.startswith("cachalloc") else "—"])
         out.append("")
         out.append(table(["allocator", "runs", "step ms, median [min–max]",
                           "÷ PyTorch's (same segments), per round [min–max] (rounds)",
-                          "device peak MiB (NVML)", "ns inside cachalloc per call",
+                          "device peak MiB (NVML)", "ns per allocation call (cachalloc's counters; CUDA's pool: "
+                          "bench/call_timer.so)",
                           "of it cachalloc's own (less driver calls)", "driver calls per free",
                           "fence joins / host waits"], rows))
         ident, detail = pr.identical(p)
@@ -669,6 +693,28 @@ def evaluate(raw):
                     f"{fmt(pa.median)} vs {fmt(pb.median)} MiB ({pa.median - pb.median:+,.0f} MiB)",
                     "met" if pa.median <= pb.median * (1 + PEAK_TOLERANCE) else "missed",
                     f"NVML; tolerance {PEAK_TOLERANCE:.0%}")
+        for c, base in BASELINE_OF.items():
+            paired = pr.paired_step(p, c, base)
+            if not paired:
+                continue
+            ci = median_interval(paired.values)
+            what = f"{p}: step time per round, {c} ÷ {base}"
+            limit = f"≤ {STEP_LIMIT:.2f} ({STEP_COVERAGE:.0%} interval of the median)"
+            if ci is None:
+                add("3e", what, limit, f"{paired.median:.3f} ({paired.n} rounds: too few for an interval)",
+                    "unresolved", fmt_stat(paired))
+                continue
+            lo, hi, cover = ci
+            status = "met" if hi <= STEP_LIMIT else "missed" if lo > STEP_LIMIT else "unresolved"
+            add("3e", what, limit, f"{paired.median:.3f} [{lo:.3f}–{hi:.3f}] ({paired.n} rounds)", status,
+                f"interval covers {cover:.1%} (sign test); rounds {fmt_stat(paired)}")
+        timed = pr.timer_ns_per_call(p, "cudapool")
+        mine = pr.ns_per_call(p, "cachalloc_async")
+        if timed and mine:
+            add("3f", f"{p}: time per allocation call, cachalloc_async vs CUDA's pool", "≤ the pool's",
+                f"{fmt(mine.median)} vs {fmt(timed.median)} ns", "met" if mine.median <= timed.median else "missed",
+                f"{fmt_stat(mine, ' ns')} vs {fmt_stat(timed, ' ns')}; the pool's from bench/call_timer.so in the "
+                "same program")
         for c in pr.configs(p):
             if c.startswith("cachalloc"):
                 st = pr.ns_per_call(p, c)
@@ -695,10 +741,11 @@ def own_part(st):
 def targets_table(T):
     rows = [[t["id"], t["target"], t["threshold"], t["measured"], MARK.get(t["status"], t["status"]), t["detail"]]
             for t in T]
-    counts = {s: sum(1 for t in T if t["status"] == s) for s in ("met", "missed", "n/a", "unverified")}
+    counts = {s: sum(1 for t in T if t["status"] == s) for s in ("met", "missed", "n/a", "unverified", "unresolved")}
     return (table(["#", "target (issue 8)", "threshold", "measured", "status", "figures"], rows,
                   ["---", "---", "---", "---", "---", "---"]) +
             f"\n\n{counts['met']} met, {counts['missed']} missed, {counts['unverified']} unverified, "
+            f"{counts['unresolved']} unresolved, "
             f"{counts['n/a']} not measured.  "
             f"\"Flat\" means the largest figure is at most {FLAT_TOLERANCE}× the one at the fewest live blocks; "
             "\"within spread\" means cachalloc's median step time is at most the slowest of PyTorch's runs.")

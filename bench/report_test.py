@@ -117,7 +117,14 @@ def test_report():
                         text) is not None, "2g names the floor's own scaling")
         check(status.get("driver calls per free, any number of streams") == "**met**",
               "driver calls per free, with the fence-event counter")
-        check(re.search(r"\d+ met, \d+ missed, \d+ unverified, \d+ not measured", text) is not None, "target counts")
+        check(re.search(r"\d+ met, \d+ missed, \d+ unverified, \d+ unresolved, \d+ not measured", text) is not None,
+              "target counts")
+        check(status.get("train_varlen: step time per round, cachalloc ÷ native") == "**met**" and
+              status.get("ddp_train: step time per round, cachalloc ÷ native") == "**MISSED**",
+              "3e: per-round step ratios judged on the median's interval")
+        check("train_varlen: step time per round, cachalloc ÷ native | ≤ 1.05 (90% interval of the median) | "
+              "1.015 [0.995–1.035] (5 rounds)" in text, "3e: the sample's ratio, its interval and rounds")
+
         if have_matplotlib():  # report.py finds it in this interpreter or Debian's
             for plot in ("s-threads.png", "s-live.png"):
                 path = os.path.join(tmp, plot)
@@ -205,6 +212,26 @@ def test_report():
               new.rstrip().endswith("after") and "### Targets" in new, "--marker replaces only its own block")
 
 
+def test_median_interval():
+    sys.path.insert(0, HERE)
+    import report
+    # n = 10: P(B <= 1) = 11/1024 on each side, so (x(2), x(9)) covers 97.85 %;
+    # (x(3), x(8)) would cover only 89.1 %
+    lo, hi, cover = report.median_interval(list(range(10, 0, -1)))
+    check((lo, hi) == (2, 9) and abs(cover - (1 - 22 / 1024)) < 1e-12, f"median interval, n=10: {lo, hi, cover}")
+    check(report.median_interval([1.0, 1.1, 0.9, 1.2]) is None, "four values: too few for 90 %")
+    # n = 24: (x(8), x(17)), both inside the twelve 1.0s, whatever the tails
+    lo, hi, _ = report.median_interval([0.9] * 6 + [1.2] * 3 + [1.06] * 3 + [1.0] * 12)
+    check((lo, hi) == (1.0, 1.0), f"n = 24: the tails do not move the interval: {lo, hi}")
+    raw = {"programs": {"runs": [
+        {"program": "train_varlen", "config": c, "round": r, "ok": True, "step_ms_median": ms}
+        for r, (a, b) in enumerate([(10, 10.9), (10, 9.5), (10, 11.0), (10, 9.8), (10, 10.2), (10, 10.8)])
+        for c, ms in (("native", a), ("cachalloc", b))]}, "micro": {}, "counters": {}}
+    rows = {t["target"]: t["status"] for t in report.evaluate(raw)}
+    check(rows.get("train_varlen: step time per round, cachalloc ÷ native") == "unresolved",
+          f"an interval holding 1.05 is unresolved, not met: {rows}")
+
+
 def test_harness(host_bin):
     pin = min(os.sched_getaffinity(0))  # one CPU this test may use: every program process runs on it alone
     with tempfile.TemporaryDirectory() as tmp:
@@ -267,9 +294,31 @@ def test_harness(host_bin):
         check("### Targets" in rep.stdout and "ddp_train" in rep.stdout, "dry-run report has targets and DDP")
 
 
-def test_fake(bench_bin, floor, shim):
+def test_call_timer(bench_bin, timer):
+    """bench/call_timer.so in the path of the (fake) driver's allocation calls:
+    every call of a run counted and timed, and the programs' reader finds it."""
+    env = dict(os.environ, LD_PRELOAD=timer)
+    for group, paths in (("pair", "plain"), ("async", "async")):
+        p = subprocess.run([bench_bin, group, "sizes=512", "reps=2", "batch_ms=1", "churn_ms=1"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        line = next((ln for ln in p.stderr.splitlines() if ln.startswith("CALL_TIMER ")), None)
+        check(p.returncode == 0 and line is not None, f"call timer, {group}: exit {p.returncode}, a CALL_TIMER line")
+        t = json.loads(line[11:]) if line else {}
+        check(t.get("calls", 0) > 100 and t.get("frees", 0) * 2 == t.get("calls") and t.get("ns_inside", 0) > 0,
+              f"call timer, {group}: every {paths} allocation and free counted and timed: {t}")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import common; c = common.allocator_counters(); "
+            "print(c.key, c.available, c.diff(c.snapshot(), c.snapshot())['calls'] if c.available else '-')")
+    p = run(["-c", code, os.path.join(HERE, "programs")], env=env, timeout=60)
+    check(p.stdout.split() == ["call_timer", "True", "0"], f"the programs read the call timer: {p.stdout!r} {p.stderr[-300:]}")
+    p = run(["-c", code, os.path.join(HERE, "programs")], timeout=60)
+    check(p.stdout.split()[:2] == ["call_timer", "False"], f"without it, no counters: {p.stdout!r}")
+
+
+def test_fake(bench_bin, floor, shim, timer=None):
     """The harness on the fake driver: micro and counters sections for real
     (LD_PRELOAD of the floor and of the shim), then the report."""
+    if timer:
+        test_call_timer(bench_bin, timer)
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "raw.json")
         p = run([os.path.join(HERE, "run_bench.py"), "--out", raw, "--work", os.path.join(tmp, "w"), "--preset", "tiny",
@@ -308,10 +357,11 @@ def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "report"
     if mode == "report":
         test_report()
+        test_median_interval()
     elif mode == "harness":
         test_harness(os.path.abspath(sys.argv[2]))
     elif mode == "fake":
-        test_fake(*[os.path.abspath(x) for x in sys.argv[2:5]])
+        test_fake(*[os.path.abspath(x) for x in sys.argv[2:6]])
     else:
         print(f"unknown mode {mode}")
         return 2

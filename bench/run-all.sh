@@ -160,7 +160,7 @@ section_done machine ok
 # --- build -------------------------------------------------------------------------------
 section "build"
 BUILD_ERRORS=()
-SHIM="" FLOOR="" BENCH_STATIC="" BENCH_SHARED="" TORCH_BENCH=""
+SHIM="" FLOOR="" CALL_TIMER="" BENCH_STATIC="" BENCH_SHARED="" TORCH_BENCH=""
 CUDA_HOME_GUESS=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
 CUDA_INC="$CUDA_HOME_GUESS/include"
 CUDA_LIB="$CUDA_HOME_GUESS/lib64"
@@ -229,7 +229,7 @@ else
       # (python-package: build/python/cachalloc/ whole, which the pluggable
       # contender imports; without it only __init__.py is there)
       targets=(shim/libcachalloc.so bench/alloc_bench_static bench/alloc_bench_shared bench/floor_preload.so
-               python-package)
+               bench/call_timer.so python-package)
       echo "ninja -C $BUILD -k 0 ${targets[*]}"
       timeout 600 ninja -C "$BUILD" -k 0 -j "$JOBS" "${targets[@]}" >"$WORK/ninja.log" 2>&1
       rc=$?
@@ -240,6 +240,7 @@ else
   [[ -x "$BUILD/bench/alloc_bench_static" ]] && BENCH_STATIC="$ROOT/$BUILD/bench/alloc_bench_static"
   [[ -x "$BUILD/bench/alloc_bench_shared" ]] && BENCH_SHARED="$ROOT/$BUILD/bench/alloc_bench_shared"
   [[ -f "$BUILD/bench/floor_preload.so" ]] && FLOOR="$ROOT/$BUILD/bench/floor_preload.so"
+  [[ -f "$BUILD/bench/call_timer.so" ]] && CALL_TIMER="$ROOT/$BUILD/bench/call_timer.so"
   # The package the pluggable contender imports must import whole (a run lost
   # every pluggable row to a module the build had not copied).
   if [[ -f "$BUILD/python/cachalloc/__init__.py" ]] &&
@@ -258,6 +259,10 @@ else
     gcc -O2 -std=c11 -fPIC -shared -fvisibility=hidden -I"$CUDA_INC" bench/floor_preload.c -o "$FALLBACK_BIN/floor_preload.so" -ldl \
       >>"$WORK/fallback.log" 2>&1 && FLOOR="$FALLBACK_BIN/floor_preload.so"
   fi
+  if [[ -z $CALL_TIMER ]]; then
+    gcc -O2 -std=c11 -fPIC -shared -fvisibility=hidden -I"$CUDA_INC" bench/call_timer.c -o "$FALLBACK_BIN/call_timer.so" -ldl \
+      >>"$WORK/fallback.log" 2>&1 && CALL_TIMER="$FALLBACK_BIN/call_timer.so"
+  fi
   [[ -s "$WORK/fallback.log" ]] && tail -10 "$WORK/fallback.log"
   if [[ -n ${TORCH_PID:-} ]]; then
     wait "$TORCH_PID"
@@ -274,6 +279,7 @@ fi
 echo "shim:         ${SHIM:-MISSING}"
 echo "alloc_bench:  ${BENCH_STATIC:-MISSING} / ${BENCH_SHARED:-MISSING}"
 echo "floor:        ${FLOOR:-MISSING}"
+echo "call timer:   ${CALL_TIMER:-MISSING} (CUDA's pool's time per call in the programs)"
 echo "torch bench:  ${TORCH_BENCH:-MISSING}"
 for e in "${BUILD_ERRORS[@]}"; do echo "build problem: $e"; done
 BUILD_STATUS=ok; ((${#BUILD_ERRORS[@]})) && BUILD_STATUS=partial
@@ -307,6 +313,7 @@ else
   [[ -n $BENCH_SHARED ]] && measure_args+=(--bench-shared "$BENCH_SHARED")
   [[ -n $TORCH_BENCH ]] && measure_args+=(--torch-bench "$TORCH_BENCH")
   [[ -n $FLOOR ]] && measure_args+=(--floor "$FLOOR")
+  [[ -n $CALL_TIMER ]] && measure_args+=(--call-timer "$CALL_TIMER")
   [[ -n $SHIM ]] && measure_args+=(--shim "$SHIM")
   [[ -n $ROUNDS ]] && measure_args+=(--rounds "$ROUNDS")
   [[ -n $PROGRAM_ROUNDS ]] && measure_args+=(--program-rounds "$PROGRAM_ROUNDS")

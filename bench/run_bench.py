@@ -434,6 +434,9 @@ def config_env(a, config, stats_path):
                                                                          "python")
         else:
             env["LD_PRELOAD"] = a.shim
+    elif base == "cudapool" and a.call_timer and not a.dry_run:
+        # the pool's own time per allocation call, as cachalloc's counters give its (bench/call_timer.c)
+        env["LD_PRELOAD"] = a.call_timer
     env["PYTHONHASHSEED"] = "0"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if a.dry_run:
@@ -464,7 +467,8 @@ def program_record(res, config, r, secs, kind, steal=None):
            "losses": res.get("losses"), "tokens": res.get("tokens"), "gen_ms": res.get("gen_ms"),
            "peak_bytes": (res.get("peak") or {}).get("bytes"), "peak_source": (res.get("peak") or {}).get("source"),
            "baseline_bytes": (res.get("peak") or {}).get("baseline_bytes"),
-           "torch_mem": res.get("torch_mem"), "cachalloc": res.get("cachalloc"), "process_seconds": round(secs, 2),
+           "torch_mem": res.get("torch_mem"), "cachalloc": res.get("cachalloc"),
+           "call_timer": res.get("call_timer"), "process_seconds": round(secs, 2),
            # why a process ran slow (common.StepTimer): the main thread's CPU
            # and run-queue time per step, the CPUs it ran on, the host's steal
            "step_cpu_ms_median": median_or_none(res.get("step_cpu_ms")),
@@ -500,6 +504,11 @@ def merge_ranks(results):
                 fences[k] = fences.get(k, 0) + v if k.startswith("num_") else max(fences.get(k, 0), v)
         tot["driver_calls_by"], tot["fences"] = by, fences
         base["cachalloc"] = tot
+    ts = [x.get("call_timer") for x in ranks if x.get("call_timer")]
+    if ts:
+        tot = {k: sum(t.get(k) or 0 for t in ts) for k in ("calls", "ns_inside", "frees")}
+        tot["ns_per_call"] = tot["ns_inside"] / tot["calls"] if tot["calls"] else None
+        base["call_timer"] = tot
     base["ok"] = all(x.get("ok") for x in ranks) and len(ranks) >= 2
     if len(ranks) < 2:
         base["error"] = f"only {len(ranks)} rank(s) reported"
@@ -662,6 +671,8 @@ def main():
     ap.add_argument("--torch-bench")
     ap.add_argument("--floor")
     ap.add_argument("--shim")
+    ap.add_argument("--call-timer", help="bench/call_timer.so: preloaded into the cudapool contender "
+                    "(the pool's time per allocation call)")
     ap.add_argument("--module-dir", help="cachalloc's Python package folder (default: BUILD/python beside the shim)")
     ap.add_argument("--cachalloc-confs", default=os.environ.get("BENCH_CACHALLOC_CONFS", ""),
                     help="extra cachalloc contenders, ';'-separated CACHALLOC_CONF values (e.g. free_sync:stream)")
@@ -701,7 +712,7 @@ def main():
             raw["errors"].extend(build.get("errors", []))
         except (OSError, ValueError) as e:
             raw["errors"].append(f"build status unreadable: {e}")
-    for key in ("bench_static", "bench_shared", "torch_bench", "floor", "shim"):
+    for key in ("bench_static", "bench_shared", "torch_bench", "floor", "shim", "call_timer"):
         path = getattr(a, key)
         if path and not (os.path.exists(path) or a.dry_run):
             raw["errors"].append(f"{key}: {path} does not exist: its contender is left out")

@@ -44,7 +44,8 @@ def determinism(seed=0):
 
 
 def allocator_label():
-    pre = os.environ.get("LD_PRELOAD", "")
+    # by the preloaded files' names (a path's folders may say anything)
+    pre = " ".join(os.path.basename(x) for x in os.environ.get("LD_PRELOAD", "").replace(":", " ").split())
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if os.environ.get("BENCH_CACHALLOC_PLUGGABLE"):
         return "cachalloc_pluggable"
@@ -320,6 +321,8 @@ def diff_summary(a, b):
 class CachallocCounters:
     """cachalloc_stats_json through ctypes; .available is False without cachalloc."""
 
+    key = "cachalloc"
+
     def __init__(self):
         self.available = False
         try:
@@ -353,6 +356,10 @@ class CachallocCounters:
     def snapshot(self):
         d = self.dump()
         return summarize_dump(d) if d is not None else None
+
+    @staticmethod
+    def diff(a, b):
+        return diff_summary(a, b)
 
 
 # --- timing and output ---------------------------------------------------------------------
@@ -456,11 +463,47 @@ def import_torch(name):
     return torch
 
 
-def start_measuring(torch, device):
-    """The NVML peak sampler (started) and cachalloc's counters, with CUDA
-    initialized so that the sampler knows the device's NVML index."""
-    sampler = PeakSampler(device).start()
+class CallTimerCounters:
+    """bench/call_timer.so's totals (preloaded into the cudapool contender):
+    the driver's allocation calls and the host time inside them, the figures
+    cachalloc's counters give for it.  .available is False without it."""
+
+    key = "call_timer"
+
+    def __init__(self):
+        self.available = False
+        try:
+            self.fn = ctypes.CDLL(None).call_timer_read
+            self.fn.argtypes = [ctypes.POINTER(ctypes.c_ulonglong)]
+            self.available = True
+        except (OSError, AttributeError):
+            pass
+
+    def snapshot(self):
+        out = (ctypes.c_ulonglong * 3)()
+        self.fn(out)
+        return {"calls": out[0], "ns_inside": out[1], "frees": out[2]}
+
+    @staticmethod
+    def diff(a, b):
+        out = {k: b[k] - a[k] for k in ("calls", "ns_inside", "frees")}
+        out["ns_per_call"] = out["ns_inside"] / out["calls"] if out["calls"] else None
+        return out
+
+
+def allocator_counters():
+    """cachalloc's counters where it is loaded, else the call timer's, else
+    an object whose .available is False."""
     counters = CachallocCounters()
+    return counters if counters.available else CallTimerCounters()
+
+
+def start_measuring(torch, device):
+    """The NVML peak sampler (started) and the allocator's counters
+    (allocator_counters()), with CUDA initialized so that the sampler knows
+    the device's NVML index."""
+    sampler = PeakSampler(device).start()
+    counters = allocator_counters()
     torch.cuda.init()
     sampler.refine_device()
     return sampler, counters

@@ -44,7 +44,7 @@ def main():
         return 77
     args.device = local
     sampler = common.PeakSampler(local).start()
-    counters = common.CachallocCounters()
+    counters = common.allocator_counters()
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     sampler.refine_device()
@@ -87,7 +87,7 @@ def main():
                             "max_allocated": torch.cuda.max_memory_allocated(dev)},
               "peak": {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}}
     if before is not None and after is not None:
-        result["cachalloc"] = common.diff_summary(before, after)
+        result[counters.key] = counters.diff(before, after)
     sampler.stop()
     # Rank 0 prints every rank's result: two processes' lines through
     # torchrun's one pipe can interleave mid-line (a run lost a rank so).

@@ -116,7 +116,7 @@ def run(args, sampler=None, counters=None, name="hf_gpt2"):
               "torch_mem": {"max_reserved": torch.cuda.max_memory_reserved(dev),
                             "max_allocated": torch.cuda.max_memory_allocated(dev)}}
     if before is not None and after is not None:
-        result["cachalloc"] = common.diff_summary(before, after)
+        result[counters.key] = counters.diff(before, after)
     del model, opt
     return result
 

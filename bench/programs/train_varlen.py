@@ -193,7 +193,7 @@ def run(args, side_stream=False, sampler=None, counters=None, name=None):
               "torch_mem": {"max_reserved": torch.cuda.max_memory_reserved(dev),
                             "max_allocated": torch.cuda.max_memory_allocated(dev)}}
     if before is not None and after is not None:
-        result["cachalloc"] = common.diff_summary(before, after)
+        result[counters.key] = counters.diff(before, after)
     del model, opt, params
     return result
 
