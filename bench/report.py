@@ -434,8 +434,8 @@ class Programs:
     def paired_step(self, p, c, base):
         """c's step median ÷ base's, round by round (both ran in the same
         round, one after the other): the machine's drift between rounds cancels."""
-        mine = {r["round"]: r.get("step_ms_median") for r in self.by.get((p, c), [])}
-        theirs = {r["round"]: r.get("step_ms_median") for r in self.by.get((p, base), [])}
+        mine = {(r.get("part", 0), r["round"]): r.get("step_ms_median") for r in self.by.get((p, c), [])}
+        theirs = {(r.get("part", 0), r["round"]): r.get("step_ms_median") for r in self.by.get((p, base), [])}
         return Stat([mine[k] / theirs[k] for k in mine if mine[k] and theirs.get(k)])
 
     def host(self, p, c, key):
@@ -936,6 +936,9 @@ def merge_runs(raws, stems):
         for sec in ("micro", "counters", "programs"):
             if raw.get(sec, {}).get("notes"):
                 raw[sec]["notes"] = [f"run {i}: {n}" for n in raw[sec]["notes"]]
+    for i, raw in enumerate(raws):  # rounds are numbered per run: pairs stay within their run
+        for r in raw.get("programs", {}).get("runs", []):
+            r["part"] = i
     out = copy.deepcopy(raws[0])
     out["parts"] = []
     for raw, stem in zip(raws, stems):
