@@ -447,8 +447,11 @@ class Programs:
         out = []
         for r in self.by.get((p, c), []):
             ns, ms = (r.get("cachalloc") or {}).get("ns_inside"), r.get("step_ms")
+            # a DDP record sums the ranks' counters over rank 0's steps (run_bench.merge_ranks);
+            # records before world_size was kept are from its two-rank runs
+            ranks = r.get("world_size") or (2 if r.get("kind") == "ddp" else 1)
             if ns and ms:
-                out.append(100 * ns / 1e6 / sum(ms))
+                out.append(100 * ns / ranks / 1e6 / sum(ms))
         return Stat(out)
 
     def cpus_seen(self, p, c):

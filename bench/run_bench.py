@@ -468,7 +468,7 @@ def program_record(res, config, r, secs, kind, steal=None):
            "peak_bytes": (res.get("peak") or {}).get("bytes"), "peak_source": (res.get("peak") or {}).get("source"),
            "baseline_bytes": (res.get("peak") or {}).get("baseline_bytes"),
            "torch_mem": res.get("torch_mem"), "cachalloc": res.get("cachalloc"),
-           "call_timer": res.get("call_timer"), "process_seconds": round(secs, 2),
+           "call_timer": res.get("call_timer"), "world_size": res.get("world_size"), "process_seconds": round(secs, 2),
            # why a process ran slow (common.StepTimer): the main thread's CPU
            # and run-queue time per step, the CPUs it ran on, the host's steal
            "step_cpu_ms_median": median_or_none(res.get("step_cpu_ms")),
