@@ -555,9 +555,10 @@ def host_table(pr, p):
         return ""
     return ("\n" + table(["allocator", "step ms", "main thread on a CPU, ms per step", "waiting for a CPU, ms per step",
                           "inside cachalloc, share of the step", "host steal over the process, ms", "CPUs its steps ended on"], rows) +
-            "\n\nMedians per run, then median [min–max] over runs.  A process whose step time is high with the "
-            "same CPU time ran slower on its CPU (placement, frequency, a busy sibling thread); one with run-queue "
-            "wait or steal lost the CPU.  The share inside cachalloc (its driver calls and waits included, from its "
+            "\n\nMedians per run, then median [min–max] over runs.  The main thread is on a CPU for part of "
+            "the step and blocked for the rest (mostly in synchronizes while the GPU works).  More CPU time for "
+            "the same work means a slower CPU for that process (placement, frequency, a busy neighbour); run-queue "
+            "wait or steal means it lost the CPU.  The share inside cachalloc (its driver calls and waits included, from its "
             "counters) bounds what it can add to a step by its own work.\n")
 
 

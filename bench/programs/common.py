@@ -381,11 +381,12 @@ class StepTimer:
     """Host ms per step (each step starts and ends with a device synchronize).
 
     Beside the wall time it keeps, per step, what explains a slow process
-    without a profiler: the main thread's time on a CPU (`cpu_ms`; it spins
-    in the synchronizes, so it tracks the wall time unless the thread was
-    off the CPU), its time waiting for a CPU (`wait_ms`, the kernel's run-queue
-    delay), and the CPU it ended the step on (`cpus`).  run_bench.py pins
-    processes on request and compares these across processes."""
+    without a profiler: the main thread's time on a CPU (`cpu_ms`; the rest
+    of the step it is blocked, mostly in synchronizes while the GPU works),
+    its time waiting for a CPU (`wait_ms`, the kernel's run-queue delay), and
+    the CPU it ended the step on (`cpus`).  The same work taking more CPU
+    time in one process than in another means a slower CPU for that process
+    (docs/BENCHMARKS.md section 5: pinning measured)."""
 
     def __init__(self):
         import torch
