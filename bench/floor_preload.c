@@ -2,17 +2,11 @@
  * itself costs around a driver allocation call that does (almost) nothing.
  *
  * An LD_PRELOAD object that reaches the driver's allocation entry points the
- * way cachalloc does (shim/dlsym_hook.cpp, shim/proc_address_hook.cpp), in a
- * minimal form:
- *   - it exports dlsym; a lookup of cuGetProcAddress_v2 / cuGetProcAddress
- *     (cudart: dlopen("libcuda.so.1") then dlsym of cuGetProcAddress_v2)
- *     returns this file's wrapper, as does a direct dlsym of the allocation
- *     functions themselves;
- *   - the cuGetProcAddress wrapper asks the driver, then hands back its own
- *     wrapper for "cuGetProcAddress" (the v2 signature from version 12000)
- *     and for cuMemAlloc/cuMemFree (version >= 3020, the _v2 ABI) and
- *     cuMemAllocAsync/cuMemFreeAsync (per-thread-default-stream variants
- *     when the flags ask for them).
+ * way cachalloc does, through bench/preload_route.h (the minimal form of
+ * shim/dlsym_hook.cpp and shim/proc_address_hook.cpp): cuMemAlloc/cuMemFree
+ * (the _v2 ABI) and cuMemAllocAsync/cuMemFreeAsync (per-thread-default-stream
+ * variants when the flags ask for them).
+ *
  * Allocation is served from ONE remembered pointer of ONE size per path
  * (plain and async): a request of the slot's size while the slot is free
  * gets the slot; a free of the slot's pointer marks it free.  Anything else
@@ -27,29 +21,18 @@
  * object.  Never use it for anything but measuring the floor.
  */
 #define _GNU_SOURCE
-#include <cuda.h>
-#include <dlfcn.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
+#include "preload_route.h"
 
-typedef void* (*dlsym_fn)(void*, const char*);
-typedef CUresult (*gpa2_fn)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-typedef CUresult (*gpa1_fn)(const char*, void**, int, cuuint64_t);
 typedef CUresult (*alloc_fn)(CUdeviceptr*, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
 typedef CUresult (*alloc_async_fn)(CUdeviceptr*, size_t, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 
-static dlsym_fn real_dlsym;
-static gpa2_fn real_gpa2;
-static gpa1_fn real_gpa1;
-static alloc_fn real_alloc;
-static free_fn real_free;
-static alloc_async_fn real_alloc_async, real_alloc_async_ptsz;
-static free_async_fn real_free_async, real_free_async_ptsz;
+/* The driver's functions (preload_route.h fills them). */
+static void *real_alloc, *real_free, *real_alloc_async, *real_alloc_async_ptsz, *real_free_async,
+    *real_free_async_ptsz;
 
 struct slot {
   CUdeviceptr ptr;
@@ -86,10 +69,10 @@ static CUresult floor_mem_alloc(CUdeviceptr* dptr, size_t size) {
   count(&t_misses[0], &misses[0]);
   if (real_alloc == NULL || real_free == NULL) return CUDA_ERROR_NOT_INITIALIZED;
   if (plain_slot.ptr && !plain_slot.used) {
-    real_free(plain_slot.ptr);
+    ((free_fn)real_free)(plain_slot.ptr);
     plain_slot.ptr = 0;
   }
-  CUresult r = real_alloc(dptr, size);
+  CUresult r = ((alloc_fn)real_alloc)(dptr, size);
   if (r == CUDA_SUCCESS && !plain_slot.ptr) {
     plain_slot.ptr = *dptr;
     plain_slot.size = size;
@@ -103,11 +86,10 @@ static CUresult floor_mem_free(CUdeviceptr p) {
     plain_slot.used = 0;
     return CUDA_SUCCESS;
   }
-  return real_free ? real_free(p) : CUDA_ERROR_NOT_INITIALIZED;
+  return real_free ? ((free_fn)real_free)(p) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-static CUresult async_alloc(alloc_async_fn real, free_async_fn real_release, CUdeviceptr* dptr, size_t size,
-                            CUstream s) {
+static CUresult async_alloc(void* real, void* real_release, CUdeviceptr* dptr, size_t size, CUstream s) {
   if (async_slot.ptr && !async_slot.used && async_slot.size == size) {
     async_slot.used = 1;
     *dptr = async_slot.ptr;
@@ -117,10 +99,10 @@ static CUresult async_alloc(alloc_async_fn real, free_async_fn real_release, CUd
   count(&t_misses[1], &misses[1]);
   if (real == NULL || real_release == NULL) return CUDA_ERROR_NOT_INITIALIZED;
   if (async_slot.ptr && !async_slot.used) {
-    real_release(async_slot.ptr, s);
+    ((free_async_fn)real_release)(async_slot.ptr, s);
     async_slot.ptr = 0;
   }
-  CUresult r = real(dptr, size, s);
+  CUresult r = ((alloc_async_fn)real)(dptr, size, s);
   if (r == CUDA_SUCCESS && !async_slot.ptr) {
     async_slot.ptr = *dptr;
     async_slot.size = size;
@@ -129,12 +111,12 @@ static CUresult async_alloc(alloc_async_fn real, free_async_fn real_release, CUd
   return r;
 }
 
-static CUresult async_free(free_async_fn real, CUdeviceptr p, CUstream s) {
+static CUresult async_free(void* real, CUdeviceptr p, CUstream s) {
   if (p && p == async_slot.ptr && async_slot.used) {
     async_slot.used = 0;
     return CUDA_SUCCESS;
   }
-  return real ? real(p, s) : CUDA_ERROR_NOT_INITIALIZED;
+  return real ? ((free_async_fn)real)(p, s) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 static CUresult floor_alloc_async(CUdeviceptr* d, size_t n, CUstream s) {
@@ -146,106 +128,19 @@ static CUresult floor_alloc_async_ptsz(CUdeviceptr* d, size_t n, CUstream s) {
 static CUresult floor_free_async(CUdeviceptr p, CUstream s) { return async_free(real_free_async, p, s); }
 static CUresult floor_free_async_ptsz(CUdeviceptr p, CUstream s) { return async_free(real_free_async_ptsz, p, s); }
 
-/* ---- the route: cuGetProcAddress and dlsym -------------------------------- */
+/* ---- the route (preload_route.h) -------------------------------------------- */
 
-static CUresult floor_gpa2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-static CUresult floor_gpa1(const char*, void**, int, cuuint64_t);
-
-/* Swaps *pfn (the driver's answer for `symbol`) for a wrapper, remembering
- * the driver's function. */
-static void redirect(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  const int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  if (strcmp(symbol, "cuGetProcAddress") == 0) {
-    if (version >= 12000) {
-      real_gpa2 = (gpa2_fn)*pfn;
-      *pfn = (void*)&floor_gpa2;
-    } else {
-      real_gpa1 = (gpa1_fn)*pfn;
-      *pfn = (void*)&floor_gpa1;
-    }
-  } else if (version >= 3020 && strcmp(symbol, "cuMemAlloc") == 0) {
-    real_alloc = (alloc_fn)*pfn;
-    *pfn = (void*)&floor_mem_alloc;
-  } else if (version >= 3020 && strcmp(symbol, "cuMemFree") == 0) {
-    real_free = (free_fn)*pfn;
-    *pfn = (void*)&floor_mem_free;
-  } else if (version >= 11020 && strcmp(symbol, "cuMemAllocAsync") == 0) {
-    if (ptsz) {
-      real_alloc_async_ptsz = (alloc_async_fn)*pfn;
-      *pfn = (void*)&floor_alloc_async_ptsz;
-    } else {
-      real_alloc_async = (alloc_async_fn)*pfn;
-      *pfn = (void*)&floor_alloc_async;
-    }
-  } else if (version >= 11020 && strcmp(symbol, "cuMemFreeAsync") == 0) {
-    if (ptsz) {
-      real_free_async_ptsz = (free_async_fn)*pfn;
-      *pfn = (void*)&floor_free_async_ptsz;
-    } else {
-      real_free_async = (free_async_fn)*pfn;
-      *pfn = (void*)&floor_free_async;
-    }
-  }
-}
-
-static CUresult floor_gpa2(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                           CUdriverProcAddressQueryResult* status) {
-  CUresult r = real_gpa2(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol && pfn && *pfn) redirect(symbol, pfn, version, flags);
-  return r;
-}
-
-static CUresult floor_gpa1(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  CUresult r = real_gpa1(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol && pfn && *pfn) redirect(symbol, pfn, version, flags);
-  return r;
-}
-
-static dlsym_fn resolve_real_dlsym(void) {
-  dlsym_fn fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (fn == NULL) fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-  return fn;
-}
-
-EXPORT void* dlsym(void* __restrict handle, const char* __restrict name) {
-  if (real_dlsym == NULL) real_dlsym = resolve_real_dlsym();
-  if (real_dlsym == NULL) return NULL;
-  if (name[0] != 'c' || name[1] != 'u') return real_dlsym(handle, name);
-  void* sym = real_dlsym(handle, name);
-  if (sym == NULL) return NULL;
-  if (strcmp(name, "cuGetProcAddress_v2") == 0) {
-    real_gpa2 = (gpa2_fn)sym;
-    return (void*)&floor_gpa2;
-  }
-  if (strcmp(name, "cuGetProcAddress") == 0) {
-    real_gpa1 = (gpa1_fn)sym;
-    return (void*)&floor_gpa1;
-  }
-  if (strcmp(name, "cuMemAlloc_v2") == 0) {
-    real_alloc = (alloc_fn)sym;
-    return (void*)&floor_mem_alloc;
-  }
-  if (strcmp(name, "cuMemFree_v2") == 0) {
-    real_free = (free_fn)sym;
-    return (void*)&floor_mem_free;
-  }
-  if (strcmp(name, "cuMemAllocAsync") == 0) {
-    real_alloc_async = (alloc_async_fn)sym;
-    return (void*)&floor_alloc_async;
-  }
-  if (strcmp(name, "cuMemAllocAsync_ptsz") == 0) {
-    real_alloc_async_ptsz = (alloc_async_fn)sym;
-    return (void*)&floor_alloc_async_ptsz;
-  }
-  if (strcmp(name, "cuMemFreeAsync") == 0) {
-    real_free_async = (free_async_fn)sym;
-    return (void*)&floor_free_async;
-  }
-  if (strcmp(name, "cuMemFreeAsync_ptsz") == 0) {
-    real_free_async_ptsz = (free_async_fn)sym;
-    return (void*)&floor_free_async_ptsz;
-  }
-  return sym;
+static const struct route_hook* route_hooks(size_t* count) {
+  static const struct route_hook hooks[] = {
+      {"cuMemAlloc", 3020, -1, "cuMemAlloc_v2", &real_alloc, (void*)&floor_mem_alloc},
+      {"cuMemFree", 3020, -1, "cuMemFree_v2", &real_free, (void*)&floor_mem_free},
+      {"cuMemAllocAsync", 11020, 0, "cuMemAllocAsync", &real_alloc_async, (void*)&floor_alloc_async},
+      {"cuMemAllocAsync", 11020, 1, "cuMemAllocAsync_ptsz", &real_alloc_async_ptsz, (void*)&floor_alloc_async_ptsz},
+      {"cuMemFreeAsync", 11020, 0, "cuMemFreeAsync", &real_free_async, (void*)&floor_free_async},
+      {"cuMemFreeAsync", 11020, 1, "cuMemFreeAsync_ptsz", &real_free_async_ptsz, (void*)&floor_free_async_ptsz},
+  };
+  *count = sizeof hooks / sizeof hooks[0];
+  return hooks;
 }
 
 /* So a run can check that the floor was in the path: what the slots served,
