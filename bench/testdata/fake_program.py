@@ -8,6 +8,10 @@ import argparse
 import json
 import os
 import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "programs"))
+import common  # noqa: E402  (the real programs' /proc reading; torch is imported only where used)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--phases", default="train,hf,side")
@@ -16,12 +20,6 @@ ap.add_argument("--warmup", type=int, default=1)
 ap.add_argument("--hf-steps", type=int, default=2)
 ap.add_argument("--ddp", action="store_true")
 args = ap.parse_args()
-
-
-def current_cpu():
-    """The CPU this thread is on now (/proc: field 39 of its stat line)."""
-    with open("/proc/thread-self/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[36])
 
 
 config = os.environ.get("FAKE_ALLOCATOR", "native")
@@ -43,7 +41,7 @@ for phase in phases:
                "torch_mem": {"max_reserved": 0, "max_allocated": 0}}
         # what common.StepTimer adds (the harness's --pin is checked through these)
         res.update(step_cpu_ms=[ms * 0.98 for ms in res["step_ms"]], step_wait_ms=[0.0] * steps,
-                   step_cpus=[current_cpu()] * steps,
+                   step_cpus=[common._thread_sched()[2]] * steps,
                    affinity=sorted(os.sched_getaffinity(0)))
         if phase == "hf":
             res["tokens"] = [[3, 24, 171], [5, 38, 269]]
