@@ -364,7 +364,7 @@ class CachallocCounters:
 
 # --- timing and output ---------------------------------------------------------------------
 
-def _thread_sched():
+def thread_sched():
     """(ns on a CPU, ns waiting on a run queue, CPU number) of the calling
     thread, from /proc (Linux); Nones elsewhere."""
     try:
@@ -399,14 +399,14 @@ class StepTimer:
 
     def __enter__(self):
         self.torch.cuda.synchronize()
-        self.s0 = _thread_sched()
+        self.s0 = thread_sched()
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.torch.cuda.synchronize()
         self.times.append((time.perf_counter() - self.t0) * 1e3)
-        run_ns, wait_ns, cpu = _thread_sched()
+        run_ns, wait_ns, cpu = thread_sched()
         if run_ns is not None and self.s0[0] is not None:
             self.cpu_ms.append((run_ns - self.s0[0]) / 1e6)
             self.wait_ms.append((wait_ns - self.s0[1]) / 1e6)

@@ -41,7 +41,7 @@ for phase in phases:
                "torch_mem": {"max_reserved": 0, "max_allocated": 0}}
         # what common.StepTimer adds (the harness's --pin is checked through these)
         res.update(step_cpu_ms=[ms * 0.98 for ms in res["step_ms"]], step_wait_ms=[0.0] * steps,
-                   step_cpus=[common._thread_sched()[2]] * steps,
+                   step_cpus=[common.thread_sched()[2]] * steps,
                    affinity=sorted(os.sched_getaffinity(0)))
         if phase == "hf":
             res["tokens"] = [[3, 24, 171], [5, 38, 269]]
