@@ -219,8 +219,12 @@ class FakeBackend final : public DeviceBackend {
   // Work in flight: kernels the test says may still use memory the program
   // freed (launch_work).  cuMemUnmap does not wait for them (as cuMemFree
   // does), and on a GPU they would fault, so vm_unmap throws until the
-  // device is synchronized.
-  void launch_work() { work_in_flight_ = true; }
+  // device has shown them complete: a synchronization, or a fence recorded
+  // after them that completed.
+  void launch_work() {
+    work_in_flight_ = true;
+    launched_at_ = clock_;
+  }
   Status synchronize_device() override {
     if (fault()) return 999;
     ++device_syncs;
@@ -268,19 +272,26 @@ class FakeBackend final : public DeviceBackend {
     used_ += size;
     return kSuccess;
   }
+  // As cuMemRelease: the memory goes once no address maps it (a release
+  // while mapped takes effect at the last unmap).
   Status vm_release(MemHandle h) override {
     if (fault()) return 999;
     ++free_calls;
-    auto it = handles_.find(h);
-    if (it == handles_.end()) throw std::logic_error("FakeBackend: vm_release of an unknown handle");
-    used_ -= it->second;
-    handles_.erase(it);
-    contents_.erase(h);
+    if (handles_.count(h) == 0 || released_.count(h) != 0)
+      throw std::logic_error("FakeBackend: vm_release of an unknown handle");
+    released_.insert(h);
+    drop_if_unmapped(h);
     return kSuccess;
+  }
+  // Addresses that map `h` (release_remap maps a handle at two).
+  int mappings_of(MemHandle h) const {
+    int n = 0;
+    for (const auto& [at, m] : mappings_) n += m == h;
+    return n;
   }
   Status vm_map(DevicePtr at, std::size_t size, MemHandle h) override {
     if (fault()) return 999;
-    if (handles_.count(h) == 0 || handles_[h] != size) throw std::logic_error("FakeBackend: vm_map of a bad handle");
+    if (handles_.count(h) == 0 || released_.count(h) != 0 || handles_[h] != size) throw std::logic_error("FakeBackend: vm_map of a bad handle");
     if (at % (2 * MiB) != 0) throw std::logic_error("FakeBackend: vm_map not granule-aligned");
     auto r = reservations_.upper_bound(at);
     if (r == reservations_.begin() || at + size > std::prev(r)->first + std::prev(r)->second)
@@ -291,7 +302,8 @@ class FakeBackend final : public DeviceBackend {
   // As cuMemUnmap: whole mappings only (a run of pages is one mapping).
   Status vm_unmap(DevicePtr at, std::size_t size) override {
     if (fault()) return 999;
-    if (work_in_flight_) throw std::logic_error("FakeBackend: vm_unmap while kernels may still use the pages");
+    if (work_in_flight_ && !device_done_after(launched_at_))
+      throw std::logic_error("FakeBackend: vm_unmap while kernels may still use the pages");
     auto m = mappings_.find(at);
     if (m == mappings_.end()) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
     for (DevicePtr p = at; p < at + size; p += handles_.at(m->second)) {
@@ -301,8 +313,10 @@ class FakeBackend final : public DeviceBackend {
     }
     for (DevicePtr p = at; p < at + size;) {
       m = mappings_.find(p);
-      p += handles_.at(m->second);
+      const MemHandle h = m->second;
+      p += handles_.at(h);
       mappings_.erase(m);
+      drop_if_unmapped(h);
     }
     for (auto& [device, pages] : peer_access_)
       for (DevicePtr p = at; p < at + size; p += 2 * MiB) pages.erase(p);
@@ -564,6 +578,7 @@ class FakeBackend final : public DeviceBackend {
   std::uint64_t joined_at_ = 0;
   bool auto_complete_ = false;
   bool work_in_flight_ = false;  // launch_work() since the last synchronize_device
+  std::uint64_t launched_at_ = 0;  // the clock at the last launch_work()
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;
   std::map<DevicePtr, std::size_t> segments_;
@@ -577,6 +592,14 @@ class FakeBackend final : public DeviceBackend {
   std::map<StreamId, std::uint64_t> stream_done_at_;  // the latest event seen done, per stream
   std::map<DevicePtr, std::size_t> reservations_;
   std::map<MemHandle, std::size_t> handles_;
+  std::set<MemHandle> released_;  // released, still mapped somewhere
+  void drop_if_unmapped(MemHandle h) {
+    if (released_.count(h) == 0 || mappings_of(h) != 0) return;
+    used_ -= handles_.at(h);
+    handles_.erase(h);
+    released_.erase(h);
+    contents_.erase(h);
+  }
   std::map<DevicePtr, MemHandle> mappings_;
   MemHandle next_handle_ = 1;
   std::map<int, std::set<DevicePtr>> peer_access_;
