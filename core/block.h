@@ -101,6 +101,12 @@ struct Segment {
   int retained = 0;            // retained blocks (see above)
   TagId tag = kUntagged;       // the tag of every block in it (set at creation)
   std::vector<bool> paused;    // tagged segments: pages released by a pause (see above)
+  // release_remap (core/remap_release.cpp): pages whose physical memory now
+  // backs another address, still mapped here until a fence shows the GPU
+  // past their old uses.  No handle here, no block maps them, no grow maps
+  // over them.
+  std::vector<bool> retiring;
+  std::size_t retiring_pages = 0;
   std::size_t paused_pages = 0;  // how many are set in `paused`
   StreamBins* bins = nullptr;  // where its free blocks are indexed (its stream's, its pool's)
 };

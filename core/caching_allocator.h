@@ -379,7 +379,26 @@ class CachingAllocator {
   Status set_access_of_mapped(int peer, bool enable);
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);
-  std::size_t unmap_free_block(Block* b, bool released = false);
+  // release_remap (remap_release.cpp): a run detached from its free block,
+  // still mapped at old_at; handle 0 once it is owned at its new address.
+  struct DetachedRun {
+    DevicePtr old_at;
+    std::size_t bytes;
+    MemHandle handle;
+  };
+  // Old addresses of runs mapped again elsewhere, unmapped once `fence` completes.
+  struct RetiringRuns {
+    FenceId fence;
+    std::vector<std::pair<Segment*, DetachedRun>> runs;
+  };
+  bool retiring_block(const Block* b) const;
+  void merge_retired(Segment* seg, DevicePtr at);
+  std::size_t unmap_free_block(Block* b, bool released = false, std::vector<DetachedRun>* detach = nullptr);
+  void detach_pages(Segment* seg, DevicePtr at, std::size_t bytes, std::vector<DetachedRun>* out);
+  std::size_t remap_before_new_peak(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room);
+  std::size_t remap_donors(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room,
+                           std::vector<std::pair<std::size_t, Block*>>& donors, RetiringRuns* retiring);
+  void retire_remapped(bool wait);
   void pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   void unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   std::vector<std::pair<std::size_t, Block*>> unmappable_free_blocks() const;
@@ -511,6 +530,9 @@ class CachingAllocator {
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   std::size_t mapped_high_water_ = 0;            // the most bytes expandable segments had mapped
+  // release_remap: old addresses of runs mapped again elsewhere, unmapped
+  // once their fence completes (remap_release.cpp), oldest first.
+  std::deque<RetiringRuns> retiring_;
   // Per stream, in record order.  Entries are kept when their queue empties
   // (one per stream that ever waited), so parking a block allocates nothing.
   std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;

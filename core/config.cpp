@@ -186,6 +186,7 @@ bool set_bool(std::string_view v, bool& out) {
 
 bool set_expandable_segments(std::string_view v, Config& c) { return set_bool(v, c.expandable_segments); }
 bool set_release_before_peak(std::string_view v, Config& c) { return set_bool(v, c.release_before_peak); }
+bool set_release_remap(std::string_view v, Config& c) { return set_bool(v, c.release_remap); }
 
 // Looks `v` (any case) up among `names`; the index is the enum value.
 template <typename Enum, std::size_t N>
@@ -279,6 +280,7 @@ constexpr KeyHandler kHandlers[] = {
     {"expandable_segments", set_expandable_segments, false, "true or false"},
     {"expandable_segments_handle_type", set_handle_type, false, "one of auto, posix_fd, fabric, none"},
     {"release_before_peak", set_release_before_peak, false, "true or false"},
+    {"release_remap", set_release_remap, false, "true or false"},
     {"free_sync", set_free_sync, false, "one of auto, fence, stream, device"},
     {"fence_join", set_fence_join, false, "true or false"},
     {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
@@ -477,6 +479,7 @@ std::string Config::to_string() const {
   append(out, "expandable_segments_handle_type",
          kHandleTypeNames[static_cast<int>(expandable_segments_handle_type)]);
   append(out, "release_before_peak", release_before_peak ? "true" : "false");
+  append(out, "release_remap", release_remap ? "true" : "false");
   append(out, "free_sync", kFreeSyncNames[static_cast<int>(free_sync)]);
   append(out, "fence_join", fence_join ? "true" : "false");
   append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));

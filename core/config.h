@@ -47,6 +47,12 @@ struct Config {
   // Off by default (it re-maps what it released); the launcher's
   // --torch-async sets it, as CUDA's pool keeps no such slack.
   bool release_before_peak = false;
+  // With release_before_peak: the free runs a grow takes are mapped a second
+  // time at the grow's address, after a context-wide fence is joined, and
+  // their old addresses are unmapped once that fence completes, instead of
+  // a device synchronization, unmap and fresh map (core/remap_release.cpp).
+  // Off by default: not yet verified on a GPU.
+  bool release_remap = false;
   // --- interposer ---
   FreeSync free_sync = FreeSync::automatic;
   // A miss that would grow the cache while freed blocks wait behind fences

@@ -175,23 +175,32 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   if (is_retry) ++stats_.num_alloc_retries;
   Segment* seg = expandable_for(pool, stream, err);
   if (seg == nullptr) return nullptr;
-  if (config_.release_before_peak) [[unlikely]] release_before_new_peak(round_up(size, seg->page));
+  const bool remap = config_.release_before_peak && config_.release_remap && seg->tag == kUntagged &&
+                     backend_->fence_join_supported();
+  if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
+  if (config_.release_before_peak && !remap) [[unlikely]] release_before_new_peak(round_up(size, seg->page));
   for (Block* u = seg->head; u != nullptr; u = u->next) {
-    if (u->mapped) continue;
+    if (u->mapped || retiring_block(u)) continue;
     const std::size_t before = (u->prev != nullptr && u->prev->is_free()) ? u->prev->size : 0;
     if (size <= before || before + u->size < size) continue;
     const std::size_t bytes = round_up(size - before, seg->page);
     if (bytes > u->size) continue;
     const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
     if (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_) break;
-    *err = map_pages(seg, u->ptr, bytes);
-    if (*err != kSuccess) return nullptr;
-    Block* mapped = split_off_front(u, bytes);
+    // Runs taken from free blocks elsewhere first (release_remap; whole
+    // runs, so possibly more than asked, within room), fresh pages for the rest.
+    const std::size_t moved = remap ? remap_before_new_peak(seg, u->ptr, bytes, u->size) : 0;
+    *err = moved < bytes ? map_pages(seg, u->ptr + moved, bytes - moved) : kSuccess;
+    if (*err != kSuccess && moved == 0) return nullptr;
+    const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;
+    Block* mapped = split_off_front(u, total);
     mapped->mapped = true;
-    stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(bytes));
-    mapped_high_water_ = std::max(mapped_high_water_, static_cast<std::size_t>(reserved + bytes));
-    notify(TraceKind::segment_map, mapped->ptr, bytes, stream);
+    const auto now = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+    stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(total));
+    mapped_high_water_ = std::max(mapped_high_water_, now + total);
+    notify(TraceKind::segment_map, mapped->ptr, total, stream);
     return_to_pool(mapped);  // merges with the free block before it
+    if (*err != kSuccess) return nullptr;  // (what was remapped stays, free; the caller retries)
     pool.blocks.erase(mapped);
     return mapped;
   }
@@ -234,8 +243,10 @@ void CachingAllocator::unmappable_runs_of(const Block* b, DevicePtr* lo, DeviceP
 // Unmaps every whole page inside the free block `b`; what is left of `b`
 // on either side stays a free mapped block.  Returns the bytes unmapped.
 // `released`: a pause released those pages already (pause_path.cpp); they
-// only stop being paused, with no driver call.
-std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
+// only stop being paused, with no driver call.  `detach`: the runs are not
+// unmapped but handed over, still mapped, for release_remap
+// (remap_release.cpp, detach_pages).
+std::size_t CachingAllocator::unmap_free_block(Block* b, bool released, std::vector<DetachedRun>* detach) {
   Segment* seg = b->segment;
   DevicePtr lo = 0, hi = 0;
   if (released) pages_within(b, &lo, &hi);
@@ -261,13 +272,15 @@ std::size_t CachingAllocator::unmap_free_block(Block* b, bool released) {
     }
     seg->paused_pages -= (hi - lo) / seg->page;
   } else {
-    unmap_pages(seg, lo, hi - lo);
+    if (detach != nullptr) detach_pages(seg, lo, hi - lo, detach);
+    else unmap_pages(seg, lo, hi - lo);
     stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(hi - lo));
   }
   middle->mapped = false;
   notify(TraceKind::segment_unmap, lo, hi - lo, seg->stream);
+  // (a detached range stays a block of its own while it retires)
   for (Block* n : {middle->prev, middle->next})
-    if (n != nullptr && !n->mapped) absorb(middle, n);
+    if (n != nullptr && !n->mapped && detach == nullptr && !retiring_block(n)) absorb(middle, n);
   return hi - lo;
 }
 
@@ -295,6 +308,7 @@ std::vector<std::pair<std::size_t, Block*>> CachingAllocator::unmappable_free_bl
 }
 
 void CachingAllocator::unmap_all_free_pages() {
+  if (!retiring_.empty()) retire_remapped(true);  // (release_remap's old addresses)
   const auto free_blocks = unmappable_free_blocks();
   // A free block's pages may still be used by work its stream enqueued
   // before the free (cuMemFreeAsync, or a plain free served without the
@@ -308,7 +322,7 @@ void CachingAllocator::unmap_all_free_pages() {
   // A reservation with nothing mapped goes back too.
   for (auto it = expandable_.begin(); it != expandable_.end();) {
     Segment* seg = *it;
-    if (seg->head->next != nullptr || seg->head->mapped) {
+    if (seg->head->next != nullptr || seg->head->mapped || seg->retiring_pages != 0) {
       ++it;
       continue;
     }

@@ -127,6 +127,9 @@ void CachingAllocator::validate() const {
   std::size_t free_in_pools = 0;
   bool held_seen = false;
   DevicePtr last_end = 0;
+  std::map<const Segment*, std::size_t> retiring_listed;  // pages release_remap's list holds, per segment
+  for (const RetiringRuns& r : retiring_)
+    for (const auto& [seg, run] : r.runs) retiring_listed[seg] += run.bytes / seg->page;
   for (const auto& [base, seg] : segments_) {
     check(base == seg->base, "segment map key differs from its base", base);
     check(seg->base >= last_end, "segments overlap", base);
@@ -168,6 +171,17 @@ void CachingAllocator::validate() const {
         }
       }
       check(left == 0, "a run past the end of its reservation", base);
+      // release_remap (remap_release.cpp): a retiring page has no handle here
+      // (it belongs to its new address) and is counted.
+      std::size_t retiring = 0;
+      for (std::size_t i = 0; i < seg->retiring.size(); ++i) {
+        if (!seg->retiring[i]) continue;
+        ++retiring;
+        check(seg->handles[i] == 0 && seg->run_pages[i] == 0, "a retiring page holds a handle here",
+              seg->base + i * seg->page);
+      }
+      check(retiring == seg->retiring_pages, "retiring pages miscounted", base);
+      check(retiring == retiring_listed[seg], "retiring pages differ from the list of remapped runs", base);
     }
     DevicePtr expect = seg->base;
     // The held block and its successor count as one block (reuse_path.cpp).
@@ -183,7 +197,8 @@ void CachingAllocator::validate() const {
       if (b->next != nullptr) check(b->next->prev == b, "neighbours not linked both ways", b->ptr);
       if (b->next != nullptr) {
         check(!(b->is_free() && b->next->is_free()) || b == held_, "two free neighbours left unmerged", b->ptr);
-        check(b->mapped || b->next->mapped, "two unmapped neighbours left unmerged", b->ptr);
+        check(b->mapped || b->next->mapped || retiring_block(b) || retiring_block(b->next),
+              "two unmapped neighbours left unmerged", b->ptr);
       }
       if (!b->mapped) {
         check(seg->expandable, "unmapped block outside an expandable segment", b->ptr);
@@ -199,6 +214,8 @@ void CachingAllocator::validate() const {
           const bool paused = seg->tag != kUntagged && seg->paused[i];
           check(!(paused && seg->handles[i] != 0), "paused page still has a handle", b->ptr);
           check((seg->handles[i] != 0 || paused) == b->mapped, "page mapping disagrees with block state", b->ptr);
+          check(seg->retiring.empty() || seg->retiring[i] == retiring_block(b),
+                "a block only partly retiring (or a mapped block over a retiring page)", b->ptr);
         }
       }
       if (b->retained) {

@@ -36,7 +36,7 @@ bool same(const Config& a, const Config& b) {
          a.per_process_memory_fraction == b.per_process_memory_fraction &&
          a.expandable_segments == b.expandable_segments &&
          a.expandable_segments_handle_type == b.expandable_segments_handle_type &&
-         a.release_before_peak == b.release_before_peak && a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
+         a.release_before_peak == b.release_before_peak && a.release_remap == b.release_remap && a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
          a.log_file == b.log_file;
@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, release_before_peak, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, release_before_peak, release_remap, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file";
 
 }  // namespace
@@ -226,6 +226,12 @@ TEST_CASE("fence_wait_max_mb: MiB or unlimited; 256 MiB by default, 128 with exp
   CHECK(parse_ok(parse_ok("fence_wait_max_mb:unlimited").to_string()).fence_wait_max ==
         std::numeric_limits<std::size_t>::max());
   CHECK(parse_ok(parse_ok("fence_wait_max_mb:7").to_string()).fence_wait_max == std::size_t{7} << 20);
+}
+
+TEST_CASE("release_remap: off by default, true/false", "[config]") {
+  CHECK_FALSE(Config{}.release_remap);
+  CHECK(parse_ok("release_remap:true").release_remap);
+  CHECK(parse_error("release_remap:1") == "CACHALLOC_CONF: release_remap: '1' is not valid; expected true or false");
 }
 
 TEST_CASE("release_before_peak: off by default, true/false", "[config]") {
@@ -424,7 +430,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,release_before_peak:false,free_sync:auto,fence_join:true,fence_wait_max_mb:256,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,release_before_peak:false,release_remap:false,free_sync:auto,fence_join:true,fence_wait_max_mb:256,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -434,7 +440,7 @@ TEST_CASE("to_string round-trips every value", "[config]") {
         "max_split_size_mb:300,max_non_split_rounding_mb:7,"
         "roundup_power2_divisions:[2:1,64:0,256:4,>:16],garbage_collection_threshold:0.1,"
         "per_process_memory_fraction:0.3,expandable_segments:true,"
-        "expandable_segments_handle_type:fabric,release_before_peak:true,free_sync:device,fence_join:false,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
+        "expandable_segments_handle_type:fabric,release_before_peak:true,release_remap:true,free_sync:device,fence_join:false,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
         "snapshot:/tmp/a:b.pickle,snapshot_signal:SIGUSR2,trace:/tmp/t.json,"
         "trace_max_entries:77,log_level:error,log_file:/tmp/l.log");
     const std::string text = c.to_string();

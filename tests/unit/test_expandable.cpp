@@ -153,6 +153,72 @@ TEST_CASE("release_before_peak: nothing goes back below the high-water mark; the
   CHECK(f.backend.live_mappings() == 3);  // b's run, one of a's and d's, the new one
 }
 
+Config release_remap() {
+  Config c = release_before_peak();
+  c.release_remap = true;
+  return c;
+}
+
+TEST_CASE("release_remap: another stream's free run moves to the grow, with no host wait and no new memory") {
+  AllocFixture f(release_remap(), 1 * GiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(40 * MiB, 0x1);
+  f.backend.launch_work();  // a kernel on stream 1 still uses a
+  f.free(a);
+  const std::uint64_t freed_at = f.backend.now();
+  const int syncs = f.backend.device_syncs, creates = f.backend.alloc_calls;
+  const std::size_t used = f.backend.used();
+  const DevicePtr b = f.malloc(40 * MiB, 0x2);  // (an unmap under the kernel would throw)
+  CHECK(b != a);
+  CHECK(f.backend.device_syncs == syncs);  // no host wait
+  CHECK(f.backend.alloc_calls == creates);  // a's physical run, mapped again at b
+  CHECK(f.backend.used() == used);
+  CHECK(f.backend.fence_joins == 1);
+  CHECK(f.backend.device_ordered_after(freed_at));  // b's first use runs after a's last
+  const auto s = f.stats();
+  CHECK(f.reserved() == static_cast<std::int64_t>(40 * MiB));
+  CHECK(s.reserved_bytes[StatType::aggregate].peak == static_cast<std::int64_t>(40 * MiB));
+  CHECK(s.num_peak_releases == 1);
+  CHECK(s.peak_release_bytes == static_cast<std::int64_t>(40 * MiB));
+  CHECK(f.backend.mapped(a));  // the old address stays mapped until the fence shows the kernel done
+
+  SECTION("a grow of the donor's stream does not map over the retiring range") {
+    const DevicePtr c = f.malloc(40 * MiB, 0x1);  // a new peak, nothing free to take: fresh pages
+    CHECK(c != a);
+    CHECK(f.backend.mapped(a));
+    f.free(c);
+  }
+  SECTION("the old address goes once the fence completes") {
+    f.backend.complete_all_events();
+    f.free(f.malloc(1024, 0x3));  // a grow (a small-pool page: no donor there) polls the fences
+    CHECK_FALSE(f.backend.mapped(a));
+    CHECK(f.backend.used() == used + 2 * MiB);  // a's memory is b's alone now
+    const DevicePtr c = f.malloc(40 * MiB, 0x1);  // stream 1's range may be mapped again
+    CHECK(c == a);
+    CHECK(f.backend.used() == used + 42 * MiB);
+    f.free(c);
+  }
+  SECTION("empty_cache waits for the fence and gives everything free back") {
+    f.free(b);
+    f.empty_cache();
+    CHECK(f.backend.live_mappings() == 0);
+    CHECK(f.backend.used() == 0);
+  }
+}
+
+TEST_CASE("release_remap: without joins, release_before_peak's synchronizing path serves") {
+  AllocFixture f(release_remap(), 1 * GiB);  // (the fake refuses joins unless allowed)
+  const DevicePtr a = f.malloc(40 * MiB, 0x1);
+  f.backend.launch_work();
+  f.free(a);
+  const int syncs = f.backend.device_syncs;
+  f.malloc(40 * MiB, 0x2);
+  CHECK(f.backend.device_syncs == syncs + 1);
+  CHECK(f.backend.fence_joins == 0);
+  CHECK(f.stats().num_peak_releases == 1);
+  CHECK_FALSE(f.backend.mapped(a));
+}
+
 TEST_CASE("expandable: unmapped holes are mapped again on demand") {
   AllocFixture f(expandable(), 1 * GiB);
   const DevicePtr a = f.malloc(40 * MiB);

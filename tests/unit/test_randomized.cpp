@@ -223,3 +223,14 @@ TEST_CASE("randomized: expandable segments with a fraction and max_split_size") 
   cfg.max_split_size = 40 * MiB;
   for (std::uint64_t seed = 40; seed <= 43; ++seed) run_random(seed, steps_from_env(1500), cfg, 512 * MiB);
 }
+
+TEST_CASE("randomized: release_remap, expandable segments on a tight device, joins allowed") {
+  Config cfg;
+  cfg.expandable_segments = true;
+  cfg.release_before_peak = true;
+  cfg.release_remap = true;
+  std::int64_t releases = 0;
+  for (std::uint64_t seed = 50; seed <= 53; ++seed)
+    releases += run_random(seed, steps_from_env(1500), cfg, 256 * MiB, true).stats.num_peak_releases;
+  CHECK(releases > 0);  // runs moved between streams along the way
+}

@@ -1,0 +1,181 @@
+// remap_release.cpp — release_remap: a grow past the mapped high-water
+// mark takes free runs of other reservations without a host wait.
+//
+// release_before_peak gives free runs back before a grow would map more
+// than the process ever had mapped; unmapping needs the device idle first
+// (cuMemUnmap does not wait for kernels still using the pages), and that
+// synchronization is what the setting costs in real programs
+// (docs/BENCHMARKS.md section 5).  A physical allocation may be mapped at
+// more than one address, so here the runs are not unmapped:
+//
+//   1. one context-wide fence is recorded and joined (fence_record,
+//      fence_join: cuCtxWaitEvent), so all work enqueued from now on — the
+//      grown block's first use included — runs after every use of the old
+//      addresses, on the device, with no host wait;
+//   2. each donor run's handle is mapped again at the grow's address, and
+//      access granted there;
+//   3. the donor's pages leave its segment (no handle, no block maps them)
+//      and are marked retiring: the driver still maps them, so no grow may
+//      map there;
+//   4. once the fence completes (polled at later grows; waited for by
+//      empty_cache and teardown) the old addresses are unmapped.
+//
+// The handle then belongs to its new address: unmap_pages releases it
+// there, and the driver frees the memory once no address maps it
+// (cuMemRelease may come before the last cuMemUnmap).  Physical memory
+// stays what the release would have left; only address space is held
+// twice until the fence completes.  Donors are untagged runs of other
+// segments of the same pool (the same page size; a tagged segment's runs
+// are single pages that a pause releases one by one).  Without joins (old drivers, fence_join:false
+// backends, a capture in flight) release_before_peak's synchronizing path
+// serves instead.
+#include <algorithm>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+namespace {
+
+std::size_t page_of(const Segment* seg, DevicePtr at) { return (at - seg->base) / seg->page; }
+
+}  // namespace
+
+// An unmapped block whose pages still retire (a detached range keeps a
+// block of its own until then: no grow maps there, nothing merges into it).
+bool CachingAllocator::retiring_block(const Block* b) const {
+  const Segment* seg = b->segment;
+  return !b->mapped && seg->retiring_pages != 0 && seg->retiring[page_of(seg, b->ptr)];
+}
+
+// Once its pages are unmapped, the block at `at` merges with the unmapped
+// blocks beside it, as unmap_free_block would have done.
+void CachingAllocator::merge_retired(Segment* seg, DevicePtr at) {
+  Block* b = seg->head;
+  while (b != nullptr && b->ptr + b->size <= at) b = b->next;
+  if (b == nullptr || b->mapped || retiring_block(b)) return;
+  for (Block* n : {b->prev, b->next})
+    if (n != nullptr && !n->mapped && !retiring_block(n)) absorb(b, n);
+}
+
+// The runs tiling [at, at+bytes) leave `seg` still mapped: their handles go
+// to `out`, their pages become retiring (remap_before_new_peak maps them
+// elsewhere; retire_remapped unmaps the old addresses).
+void CachingAllocator::detach_pages(Segment* seg, DevicePtr at, std::size_t bytes, std::vector<DetachedRun>* out) {
+  if (seg->retiring.empty()) seg->retiring.assign(seg->handles.size(), false);
+  for (std::size_t i = page_of(seg, at), end = page_of(seg, at + bytes); i < end;) {
+    const std::size_t n = std::max<std::size_t>(seg->run_pages[i], 1);
+    out->push_back({seg->base + i * seg->page, n * seg->page, seg->handles[i]});
+    std::fill_n(seg->handles.begin() + static_cast<std::ptrdiff_t>(i), n, 0);
+    std::fill_n(seg->retiring.begin() + static_cast<std::ptrdiff_t>(i), n, true);
+    seg->run_pages[i] = 0;
+    seg->retiring_pages += n;
+    i += n;
+  }
+}
+
+// release_remap's form of release_before_new_peak for a grow of `bytes` at
+// `at` in `seg` (room: what may be mapped there): maps free runs of other
+// segments at `at`, smallest covering run first, until the grow no longer
+// passes the high-water mark.  Returns the bytes mapped at `at` (whole
+// runs, from `at` on, access granted), 0 when none.
+std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room) {
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  mapped_high_water_ = std::max(mapped_high_water_, reserved);
+  if (reserved + bytes <= mapped_high_water_) return 0;
+  auto donors = unmappable_free_blocks();
+  donors.erase(std::remove_if(donors.begin(), donors.end(),
+                              [&](const auto& d) {
+                                const Segment* s = d.second->segment;
+                                // (same pool: the same page size)
+                                return s == seg || s->small != seg->small || s->tag != kUntagged ||
+                                       d.first > room;
+                              }),
+               donors.end());
+  if (donors.empty()) return 0;
+  FenceId fence = 0;
+  DeviceBackend::FenceCost cost;
+  if (backend_->fence_record(&fence, &cost) != kSuccess) return 0;  // (a capture: nothing moves)
+  ++stats_.num_fences;
+  stats_.num_fence_events += cost.events;
+  stats_.num_fence_stream_queries += cost.stream_queries;
+  if (backend_->fence_join(fence) != kSuccess) {
+    backend_->fence_destroy(fence);
+    return 0;
+  }
+  std::sort(donors.begin(), donors.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  RetiringRuns retiring{fence, {}};
+  const std::size_t moved = remap_donors(seg, at, bytes, room, donors, &retiring);
+  if (retiring.runs.empty()) {
+    backend_->fence_destroy(fence);
+    return 0;
+  }
+  retiring_.push_back(std::move(retiring));
+  ++stats_.num_peak_releases;
+  return moved;
+}
+
+// Moves donor runs to `at` (see remap_before_new_peak) and returns the
+// bytes mapped there; the old addresses go to `retiring`.
+std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room,
+                                           std::vector<std::pair<std::size_t, Block*>>& donors,
+                                           RetiringRuns* retiring) {
+  auto reserved_now = [&] { return static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current); };
+  std::size_t moved = 0;
+  while (reserved_now() + bytes > mapped_high_water_ && moved < bytes) {
+    const std::size_t excess = reserved_now() + bytes - mapped_high_water_;
+    auto it = std::find_if(donors.begin(), donors.end(),
+                           [&](const auto& d) { return d.first >= excess && moved + d.first <= room; });
+    if (it == donors.end())  // else the largest that fits
+      for (auto r = donors.rbegin(); r != donors.rend(); ++r)
+        if (moved + r->first <= room) {
+          it = std::prev(r.base());
+          break;
+        }
+    if (it == donors.end()) break;
+    Segment* from = it->second->segment;
+    std::vector<DetachedRun> runs;
+    stats_.peak_release_bytes += static_cast<std::int64_t>(unmap_free_block(it->second, false, &runs));
+    donors.erase(it);
+    for (const DetachedRun& r : runs) {
+      retiring->runs.emplace_back(from, r);
+      if (backend_->vm_map(at + moved, r.bytes, r.handle) != kSuccess) continue;  // (released with the old address)
+      const std::size_t first = page_of(seg, at + moved);
+      std::fill_n(seg->handles.begin() + static_cast<std::ptrdiff_t>(first), r.bytes / seg->page, r.handle);
+      seg->run_pages[first] = static_cast<std::uint32_t>(r.bytes / seg->page);
+      retiring->runs.back().second.handle = 0;  // owned at its new address now
+      moved += r.bytes;
+    }
+  }
+  if (moved != 0 && grant_access(at, moved) != kSuccess) {
+    // (no kernel can have used the new address yet: it is unmapped again)
+    unmap_pages(seg, at, moved);
+    moved = 0;
+  }
+  return moved;
+}
+
+// Unmaps the old addresses of remapped runs whose fence has completed
+// (wait: waits for every fence first).  A run whose new mapping failed
+// still holds its handle here, released with the old address.
+void CachingAllocator::retire_remapped(bool wait) {
+  while (!retiring_.empty()) {
+    RetiringRuns& r = retiring_.front();
+    const Status st = wait ? backend_->fence_synchronize(r.fence) : backend_->fence_query(r.fence);
+    if (st != kSuccess) return;  // (not yet, or a failure: try again later)
+    for (auto& [seg, run] : r.runs) {
+      // (cuMemUnmap of a whole mapping fails only on a dead context, where
+      // release_after_context_death takes over)
+      backend_->vm_unmap(run.old_at, run.bytes);
+      if (run.handle != 0) backend_->vm_release(run.handle);
+      const std::size_t first = page_of(seg, run.old_at);
+      std::fill_n(seg->retiring.begin() + static_cast<std::ptrdiff_t>(first), run.bytes / seg->page, false);
+      seg->retiring_pages -= run.bytes / seg->page;
+    }
+    for (auto& [seg, run] : r.runs) merge_retired(seg, run.old_at);
+    backend_->fence_destroy(r.fence);
+    retiring_.pop_front();
+  }
+}
+
+}  // namespace cachalloc
