@@ -717,17 +717,24 @@ static int expandable(void) {
   return 0;
 }
 
+/* A new non-blocking stream *s, and 40 MiB allocated there (*p) and freed
+ * there while a held kernel on *s still writes it (fake_hold(*s, 0) ends it). */
+static int free_under_kernel(CUstream* s, CUdeviceptr* p) {
+  CHECK_CU(A->stream_create(s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(p, 40 * MiB, *s));
+  A->fake_hold(*s, 1);
+  CHECK_CU(A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, *s, NULL, NULL));
+  CHECK_CU(A->mem_free_async(*p, *s));
+  return 0;
+}
+
 /* A block freed on its stream while a kernel there still uses it: the
  * out-of-memory path gives its pages back only once the device is
  * synchronized, because cuMemUnmap does not wait as cuMemFree does. */
 static int expandable_unmap_waits(void) {
   CUstream s;
   CUdeviceptr p = 0, q = 0;
-  CHECK_CU(A->stream_create(&s, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(A->mem_alloc_async(&p, 40 * MiB, s));
-  A->fake_hold(s, 1);
-  CHECK_CU(A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL)); /* still writes p */
-  CHECK_CU(A->mem_free_async(p, s));
+  if (free_under_kernel(&s, &p)) return 1;
   const struct fake_cuda_stats_t s0 = stats();
   /* More than the device has: cached pages go back before the refusal. */
   CHECK(A->mem_alloc(&q, (size_t)1 << 40) == CUDA_ERROR_OUT_OF_MEMORY);
@@ -736,6 +743,43 @@ static int expandable_unmap_waits(void) {
   CHECK(s1.vm_unmap_in_flight == 0);
   CHECK(s1.ctx_sync > s0.ctx_sync);
   A->fake_hold(s, 0);
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* release_remap: a block freed on stream s while a kernel there still uses
+ * it; a new peak on stream t takes its run with no synchronization and no
+ * new physical memory (the run is mapped again at t's address, after a
+ * context-wide fence that t's work then waits for), and the old address
+ * is unmapped only once the fence shows the kernel done.  Run with
+ * expandable_segments, release_before_peak and release_remap on. */
+static int expandable_remap(void) {
+  CUstream s, t;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  unsigned char buf[4096];
+  if (free_under_kernel(&s, &p)) return 1;
+  CHECK_CU(A->stream_create(&t, CU_STREAM_NON_BLOCKING));
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&q, 40 * MiB, t));
+  const struct fake_cuda_stats_t s1 = stats();
+  CHECK(q != p);
+  CHECK(s1.ctx_sync == s0.ctx_sync && s1.stream_sync == s0.stream_sync); /* no host wait */
+  CHECK(s1.vm_create == s0.vm_create);                                  /* p's memory */
+  CHECK(s1.vm_unmap == s0.vm_unmap && s1.vm_unmap_in_flight == 0);      /* p's address stays */
+  CHECK(s1.ctx_wait_event == s0.ctx_wait_event + 1);                    /* t's work waits on device */
+  CHECK_CU(A->memset_d8(q, 0x6b, 40 * MiB));
+  CHECK_CU(A->memcpy_dtoh(buf, q + 40 * MiB - sizeof buf, sizeof buf));
+  CHECK(buf[0] == 0x6b && buf[sizeof buf - 1] == 0x6b);
+  CHECK_CU(A->mem_alloc(&r, 1024)); /* a grow polls the fence: not done, p's address stays */
+  CHECK(stats().vm_unmap == s1.vm_unmap);
+  A->fake_hold(s, 0); /* the kernel finishes */
+  CHECK_CU(A->mem_free(r));
+  CHECK_CU(A->mem_alloc(&r, 3 * MiB)); /* another small page: the fence is done, p's address goes */
+  const struct fake_cuda_stats_t s2 = stats();
+  CHECK(s2.vm_unmap == s1.vm_unmap + 1 && s2.vm_unmap_in_flight == 0);
+  CHECK_CU(A->mem_free(r));
+  CHECK_CU(A->mem_free_async(q, t));
+  CHECK_CU(A->stream_destroy(t));
   CHECK_CU(A->stream_destroy(s));
   return 0;
 }
@@ -965,6 +1009,7 @@ static const struct behaviour behaviours[] = {
   {"second_stream_waits", second_stream_waits},
   {"expandable", expandable},
   {"expandable_unmap_waits", expandable_unmap_waits},
+  {"expandable_remap", expandable_remap},
   {"expandable_release_during_capture", expandable_release_during_capture},
   {"expandable_plain_handles", expandable_plain_handles},
   {"expandable_posix_fd_refused", expandable_posix_fd_refused},
