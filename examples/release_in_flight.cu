@@ -16,10 +16,17 @@
 //                   under an allocator), then the same oversized cudaMalloc
 //   empty_cache     cachalloc_empty_cache() (found with dlsym; SKIP when no
 //                   cachalloc is loaded) after a cudaFreeAsync
+//   other_stream    after the cudaFreeAsync, a new peak on a second stream:
+//                   cudaMallocAsync there, a fill of the block on that
+//                   stream, and every word read back once both kernels
+//                   ended.  An allocator that hands the freed memory to the
+//                   new block (release_before_peak, release_remap) must
+//                   order the fill after the slow kernel's writes, or the
+//                   slow kernel's words show through.
 //
 // Run it bare, under LD_PRELOAD=libcachalloc.so, and with
 // CACHALLOC_CONF=expandable_segments:true (whose cached pages are unmapped
-// on release).  Usage: release_in_flight [case]; one line per case, exit
+// on release), also with release_before_peak:true[,release_remap:true].  Usage: release_in_flight [case]; one line per case, exit
 // status 0 when all pass.  A fault ends the program at the failing case:
 // the context is unusable after it.
 #include <dlfcn.h>
@@ -99,6 +106,40 @@ int run_case(const char* name, bool async, cudaStream_t s, bool (*release)(), un
   return fine ? 0 : 1;
 }
 
+__global__ void fill(unsigned* p, size_t n, unsigned v) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
+}
+
+// other_stream: the freed block's memory may serve stream t's new block; the
+// fill on t must land after the slow kernel's writes.
+int run_other_stream(cudaStream_t s, cudaStream_t t, unsigned* done) {
+  constexpr unsigned kFill = 0x3c3c3c3c;
+  const size_t n = kBytes / sizeof(unsigned);
+  unsigned *p = nullptr, *q = nullptr;
+  bool fine = ok(cudaMemset(done, 0, sizeof *done), "clear the flag") && ok(cudaMallocAsync(&p, kBytes, s), "cudaMallocAsync");
+  if (fine) {
+    slow_write<<<132, 256, 0, s>>>(p, n, slow_cycles(), done);
+    fine = ok(cudaGetLastError(), "launch");
+  }
+  fine = fine && ok(cudaFreeAsync(p, s), "cudaFreeAsync") && ok(cudaMallocAsync(&q, kBytes, t), "cudaMallocAsync on t");
+  if (fine) {
+    fill<<<132, 256, 0, t>>>(q, n, kFill);
+    fine = ok(cudaGetLastError(), "launch the fill");
+  }
+  fine = fine && ok(cudaStreamSynchronize(t), "synchronize t") && kernel_finished(done, s);
+  size_t wrong = 0;
+  if (fine) {
+    unsigned* host = new unsigned[n];
+    fine = ok(cudaMemcpy(host, q, kBytes, cudaMemcpyDeviceToHost), "copy the block back");
+    for (size_t i = 0; fine && i < n; ++i) wrong += host[i] != kFill;
+    delete[] host;
+    if (wrong != 0) std::printf("    %zu of %zu words are not the fill\n", wrong, n);
+  }
+  fine = fine && wrong == 0 && ok(cudaFreeAsync(q, t), "cudaFreeAsync on t") && ok(cudaStreamSynchronize(t), "sync");
+  std::printf("other_stream: %s\n", fine ? "PASS" : "FAIL");
+  return fine ? 0 : 1;
+}
+
 bool empty_cache() {
   auto fn = reinterpret_cast<EmptyCacheFn>(dlsym(RTLD_DEFAULT, "cachalloc_empty_cache"));
   return fn != nullptr && fn(-1) == 0;
@@ -125,6 +166,11 @@ int main(int argc, char** argv) {
   if (failed == 0 && wanted("empty_cache")) {
     if (dlsym(RTLD_DEFAULT, "cachalloc_empty_cache") == nullptr) std::printf("empty_cache: SKIP (no cachalloc loaded)\n");
     else failed += run_case("empty_cache", true, s, empty_cache, done);
+  }
+  if (failed == 0 && wanted("other_stream")) {
+    cudaStream_t t;
+    if (!ok(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking), "stream t")) return 1;
+    failed += run_other_stream(s, t, done);
   }
   std::printf("release_in_flight: %s\n", failed == 0 ? "PASS" : "FAIL");
   return failed == 0 ? 0 : 1;
