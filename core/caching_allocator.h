@@ -404,6 +404,8 @@ class CachingAllocator {
   std::vector<std::pair<std::size_t, Block*>> unmappable_free_blocks() const;
   bool device_idle_for_unmap();
   void release_before_new_peak(std::size_t bytes);
+  static std::size_t pick_free_run(const std::vector<std::pair<std::size_t, Block*>>& runs, std::size_t excess,
+                                   std::size_t limit);
   void add_free_remnant(Block* b);
   void unmap_all_free_pages();
   std::size_t mapped_bytes(const Segment* seg) const;

@@ -21,6 +21,7 @@
 // such run.  Tagged segments keep one page per run: a pause releases pages
 // one by one.
 #include <algorithm>
+#include <limits>
 
 #include "caching_allocator.h"
 #include "size_policy.h"
@@ -355,13 +356,26 @@ void CachingAllocator::release_before_new_peak(std::size_t bytes) {
   std::size_t now = reserved;
   while (now + bytes > mapped_high_water_ && !free_runs.empty()) {
     const std::size_t excess = now + bytes - mapped_high_water_;
-    auto it = std::find_if(free_runs.begin(), free_runs.end(), [&](const auto& r) { return r.first >= excess; });
-    if (it == free_runs.end()) --it;
+    const auto it = free_runs.begin() + static_cast<std::ptrdiff_t>(pick_free_run(free_runs, excess, std::numeric_limits<std::size_t>::max()));
     const std::size_t n = unmap_free_block(it->second);
     now -= n;
     stats_.peak_release_bytes += static_cast<std::int64_t>(n);
     free_runs.erase(it);
   }
+}
+
+// Of `runs` (bytes, block; by bytes ascending, none empty), the smallest of
+// at most `limit` bytes that covers `excess`, else the largest of at most
+// `limit`: the index, or runs.size() when none is that small.  Both
+// release_before_new_peak and release_remap choose with it.
+std::size_t CachingAllocator::pick_free_run(const std::vector<std::pair<std::size_t, Block*>>& runs,
+                                            std::size_t excess, std::size_t limit) {
+  std::size_t largest = runs.size();
+  for (std::size_t i = 0; i < runs.size() && runs[i].first <= limit; ++i) {
+    if (runs[i].first >= excess) return i;
+    largest = i;
+  }
+  return largest;
 }
 
 // Synchronizes the device before pages are unmapped (unmap_all_free_pages).

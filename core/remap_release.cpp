@@ -124,15 +124,9 @@ std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, std::size
   std::size_t moved = 0;
   while (reserved_now() + bytes > mapped_high_water_ && moved < bytes) {
     const std::size_t excess = reserved_now() + bytes - mapped_high_water_;
-    auto it = std::find_if(donors.begin(), donors.end(),
-                           [&](const auto& d) { return d.first >= excess && moved + d.first <= room; });
-    if (it == donors.end())  // else the largest that fits
-      for (auto r = donors.rbegin(); r != donors.rend(); ++r)
-        if (moved + r->first <= room) {
-          it = std::prev(r.base());
-          break;
-        }
-    if (it == donors.end()) break;
+    const std::size_t i = pick_free_run(donors, excess, room - moved);
+    if (i == donors.size()) break;
+    const auto it = donors.begin() + static_cast<std::ptrdiff_t>(i);
     Segment* from = it->second->segment;
     std::vector<DetachedRun> runs;
     stats_.peak_release_bytes += static_cast<std::int64_t>(unmap_free_block(it->second, false, &runs));
