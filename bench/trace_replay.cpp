@@ -47,6 +47,10 @@
 //   --extract PATH       write the events of the (single) TRACE in the compact
 //                        form and exit; PATH ending in .gz is gzipped
 //   --no-empty-cache     ignore recorded empty_cache events
+//   --joins              the fake driver joins fences (cuCtxWaitEvent, as
+//                        drivers of CUDA 12.5 on) and completes every event
+//                        as it is recorded (an idle GPU): what release_remap
+//                        needs; without it the fake refuses joins
 //   --quiet              no table on stdout
 #include <algorithm>
 #include <cctype>
@@ -748,11 +752,14 @@ TraceFigures trace_figures(const Trace& t, int device, bool honour_empty_cache) 
   return f;
 }
 
-Outcome replay(const Trace& t, int device, const Setting& s, std::size_t device_total, bool honour_empty_cache) {
+Outcome replay(const Trace& t, int device, const Setting& s, std::size_t device_total, bool honour_empty_cache,
+               bool joins) {
   Outcome out;
   out.conf = s.conf;
   const auto t0 = std::chrono::steady_clock::now();
   testing::FakeBackend backend(device_total);
+  backend.allow_joins(joins);
+  backend.set_auto_complete(joins);
   {
     CachingAllocator alloc(&backend, s.config, device);
     std::unordered_map<std::uint64_t, DevicePtr> live;  // traced address -> replay block (0: its malloc failed)
@@ -1013,7 +1020,7 @@ const std::vector<std::string> kDefaultConfs = {
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "trace_replay: %s\nusage: trace_replay [--conf TEXT]... [--device N] [--device-total-gib G] "
-               "[--json PATH] [--extract PATH] [--no-empty-cache] [--quiet] TRACE...\n",
+               "[--json PATH] [--extract PATH] [--no-empty-cache] [--joins] [--quiet] TRACE...\n",
                msg);
   std::exit(2);
 }
@@ -1022,7 +1029,7 @@ const std::vector<std::string> kDefaultConfs = {
 
 int main(int argc, char** argv) {
   std::vector<std::string> confs, files;
-  bool confs_given = false, quiet = false, honour_empty_cache = true;
+  bool confs_given = false, quiet = false, honour_empty_cache = true, joins = false;
   std::optional<int> only_device;
   double total_gib = 80;
   std::string json_path, extract_path;
@@ -1046,6 +1053,8 @@ int main(int argc, char** argv) {
       extract_path = arg();
     } else if (a == "--no-empty-cache") {
       honour_empty_cache = false;
+    } else if (a == "--joins") {
+      joins = true;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a == "-h" || a == "--help") {
@@ -1101,7 +1110,7 @@ int main(int argc, char** argv) {
       const TraceFigures f = trace_figures(t, device, honour_empty_cache);
       std::vector<Outcome> outs;
       for (const Setting& s : settings) {
-        outs.push_back(replay(t, device, s, device_total, honour_empty_cache));
+        outs.push_back(replay(t, device, s, device_total, honour_empty_cache, joins));
         if (!outs.back().error.empty()) ++failures;
       }
       if (!quiet) print_table(t, device, f, outs, device_total);

@@ -66,6 +66,8 @@ DeviceStats AllocatorStats::get() const {
   d.num_fence_joins = num_fence_joins;
   d.num_peak_releases = num_peak_releases;
   d.peak_release_bytes = peak_release_bytes;
+  d.num_peak_remaps = num_peak_remaps;
+  d.peak_remap_bytes = peak_remap_bytes;
   d.num_thread_cache_locked_allocs = num_thread_cache_locked_allocs;
   d.num_thread_fence_polls_not_ready = num_thread_fence_polls_not_ready;
   d.deferred_free_bytes = deferred_free_bytes;

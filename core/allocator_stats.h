@@ -120,6 +120,8 @@ struct AllocatorStats {
   std::int64_t num_fence_joins = 0;
   std::int64_t num_peak_releases = 0;
   std::int64_t peak_release_bytes = 0;
+  std::int64_t num_peak_remaps = 0;
+  std::int64_t peak_remap_bytes = 0;
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
   Stat deferred_free_bytes;

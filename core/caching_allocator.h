@@ -392,10 +392,12 @@ class CachingAllocator {
     std::vector<std::pair<Segment*, DetachedRun>> runs;
   };
   bool retiring_block(const Block* b) const;
+  bool runs_fit(const Block* b, std::size_t page) const;
+  bool remap_can_serve(const Segment* seg, std::size_t bytes) const;
   void merge_retired(Segment* seg, DevicePtr at);
   std::size_t unmap_free_block(Block* b, bool released = false, std::vector<DetachedRun>* detach = nullptr);
   void detach_pages(Segment* seg, DevicePtr at, std::size_t bytes, std::vector<DetachedRun>* out);
-  std::size_t remap_before_new_peak(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room);
+  std::size_t remap_before_new_peak(Segment* seg, Block* u, std::size_t bytes);
   std::size_t remap_donors(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room,
                            std::vector<std::pair<std::size_t, Block*>>& donors, RetiringRuns* retiring);
   void retire_remapped(bool wait);

@@ -177,7 +177,7 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   Segment* seg = expandable_for(pool, stream, err);
   if (seg == nullptr) return nullptr;
   const bool remap = config_.release_before_peak && config_.release_remap && seg->tag == kUntagged &&
-                     backend_->fence_join_supported();
+                     backend_->fence_join_supported() && remap_can_serve(seg, round_up(size, seg->page));
   if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
   if (config_.release_before_peak && !remap) [[unlikely]] release_before_new_peak(round_up(size, seg->page));
   for (Block* u = seg->head; u != nullptr; u = u->next) {
@@ -188,9 +188,9 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
     if (bytes > u->size) continue;
     const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
     if (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_) break;
-    // Runs taken from free blocks elsewhere first (release_remap; whole
-    // runs, so possibly more than asked, within room), fresh pages for the rest.
-    const std::size_t moved = remap ? remap_before_new_peak(seg, u->ptr, bytes, u->size) : 0;
+    // Runs taken from free blocks first (release_remap; whole runs, at most
+    // what was asked), fresh pages for the rest.
+    const std::size_t moved = remap ? remap_before_new_peak(seg, u, bytes) : 0;
     *err = moved < bytes ? map_pages(seg, u->ptr + moved, bytes - moved) : kSuccess;
     if (*err != kSuccess && moved == 0) return nullptr;
     const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;

@@ -24,9 +24,11 @@
 // there, and the driver frees the memory once no address maps it
 // (cuMemRelease may come before the last cuMemUnmap).  Physical memory
 // stays what the release would have left; only address space is held
-// twice until the fence completes.  Donors are untagged runs of other
-// segments of the same pool (the same page size; a tagged segment's runs
-// are single pages that a pause releases one by one).  Without joins (old drivers, fence_join:false
+// twice until the fence completes.  Donors are untagged runs (a tagged
+// segment's runs are single pages that a pause releases one by one) of any
+// stream's reservation, the grow's own included (there a remap also undoes
+// fragmentation), and of either pool where the run is a whole number of
+// the grow's pages.  Without joins (old drivers, fence_join:false
 // backends, a capture in flight) release_before_peak's synchronizing path
 // serves instead.
 #include <algorithm>
@@ -40,6 +42,21 @@ namespace {
 std::size_t page_of(const Segment* seg, DevicePtr at) { return (at - seg->base) / seg->page; }
 
 }  // namespace
+
+// Whether every whole run of the free block `b` is a multiple of `page`:
+// it can then be mapped whole into a segment of that page size (a large
+// pool's 20 MiB runs anywhere; a small pool's only where they happen to be).
+bool CachingAllocator::runs_fit(const Block* b, std::size_t page) const {
+  const Segment* from = b->segment;
+  DevicePtr lo = 0, hi = 0;
+  unmappable_runs_of(b, &lo, &hi);
+  for (std::size_t i = page_of(from, lo), end = page_of(from, hi); i < end;) {
+    const std::size_t n = std::max<std::size_t>(from->run_pages[i], 1);
+    if (n * from->page % page != 0) return false;
+    i += n;
+  }
+  return true;
+}
 
 // An unmapped block whose pages still retire (a detached range keeps a
 // block of its own until then: no grow maps there, nothing merges into it).
@@ -74,12 +91,25 @@ void CachingAllocator::detach_pages(Segment* seg, DevicePtr at, std::size_t byte
   }
 }
 
+// Whether a grow of `bytes` in `seg` past the high-water mark finds a free
+// run to remap: untagged, whole pages of seg, no larger than the grow.
+// Where none does, release_before_peak's synchronizing path serves the
+// grow instead, since it gives back more than it maps.
+bool CachingAllocator::remap_can_serve(const Segment* seg, std::size_t bytes) const {
+  for (const auto& [n, b] : unmappable_free_blocks())
+    if (b->segment->tag == kUntagged && n <= bytes && runs_fit(b, seg->page)) return true;
+  return false;
+}
+
 // release_remap's form of release_before_new_peak for a grow of `bytes` at
-// `at` in `seg` (room: what may be mapped there): maps free runs of other
-// segments at `at`, smallest covering run first, until the grow no longer
-// passes the high-water mark.  Returns the bytes mapped at `at` (whole
-// runs, from `at` on, access granted), 0 when none.
-std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room) {
+// the unmapped block `u`: maps free runs of any segment of the pool at
+// u's start, smallest covering run first, until the grow no longer passes
+// the high-water mark.  Returns the bytes mapped there (whole runs, from
+// u's start, within u, access granted), 0 when none.  The free block the
+// grow extends (u->prev) is no donor: the grow counted it.
+std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, std::size_t bytes) {
+  const DevicePtr at = u->ptr;
+  const std::size_t room = u->size;
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
   mapped_high_water_ = std::max(mapped_high_water_, reserved);
   if (reserved + bytes <= mapped_high_water_) return 0;
@@ -87,9 +117,8 @@ std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, DevicePtr at, 
   donors.erase(std::remove_if(donors.begin(), donors.end(),
                               [&](const auto& d) {
                                 const Segment* s = d.second->segment;
-                                // (same pool: the same page size)
-                                return s == seg || s->small != seg->small || s->tag != kUntagged ||
-                                       d.first > room;
+                                return d.second == u->prev || s->tag != kUntagged || d.first > room ||
+                                       !runs_fit(d.second, seg->page);
                               }),
                donors.end());
   if (donors.empty()) return 0;
@@ -112,6 +141,10 @@ std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, DevicePtr at, 
   }
   retiring_.push_back(std::move(retiring));
   ++stats_.num_peak_releases;
+  if (moved != 0) {
+    ++stats_.num_peak_remaps;
+    stats_.peak_remap_bytes += static_cast<std::int64_t>(moved);
+  }
   return moved;
 }
 
@@ -121,10 +154,13 @@ std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, std::size
                                            std::vector<std::pair<std::size_t, Block*>>& donors,
                                            RetiringRuns* retiring) {
   auto reserved_now = [&] { return static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current); };
+  // Whole runs, never more than the grow asked for: a run larger than the
+  // need would keep mapped what the synchronizing path gives back.
+  const std::size_t limit = std::min(bytes, room);
   std::size_t moved = 0;
   while (reserved_now() + bytes > mapped_high_water_ && moved < bytes) {
     const std::size_t excess = reserved_now() + bytes - mapped_high_water_;
-    const std::size_t i = pick_free_run(donors, excess, room - moved);
+    const std::size_t i = pick_free_run(donors, excess, limit - moved);
     if (i == donors.size()) break;
     const auto it = donors.begin() + static_cast<std::ptrdiff_t>(i);
     Segment* from = it->second->segment;

@@ -69,6 +69,8 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_fence_joins", s.num_fence_joins);
   out.emplace_back("num_peak_releases", s.num_peak_releases);
   out.emplace_back("peak_release_bytes", s.peak_release_bytes);
+  out.emplace_back("num_peak_remaps", s.num_peak_remaps);
+  out.emplace_back("peak_remap_bytes", s.peak_remap_bytes);
   out.emplace_back("num_thread_cache_locked_allocs", s.num_thread_cache_locked_allocs);
   out.emplace_back("num_thread_fence_polls_not_ready", s.num_thread_fence_polls_not_ready);
   add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);

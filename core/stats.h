@@ -84,6 +84,10 @@ struct DeviceStats {
   // mark (release_before_peak), and the bytes they unmapped.
   std::int64_t num_peak_releases = 0;
   std::int64_t peak_release_bytes = 0;
+  // Of those, the grows that mapped the free runs again at the grow's
+  // address behind a joined fence (release_remap), and the bytes moved.
+  std::int64_t num_peak_remaps = 0;
+  std::int64_t peak_remap_bytes = 0;
   // Per-thread front caches (core/thread_cache.h): allocations their hit
   // could not serve that took the allocator's lock (malloc_cached_slow), and
   // polls of a thread's oldest fence that found it not yet complete.  What
@@ -114,6 +118,8 @@ void reset_counters(Stats& s) {
   s.num_fence_joins = 0;
   s.num_peak_releases = 0;
   s.peak_release_bytes = 0;
+  s.num_peak_remaps = 0;
+  s.peak_remap_bytes = 0;
   s.num_thread_cache_locked_allocs = 0;
   s.num_thread_fence_polls_not_ready = 0;
 }

@@ -269,12 +269,13 @@ def driver_calls(dump):
 def fence_stats(dump):
     """The fence figures of a dump, summed over devices (absent keys left out):
     frees that waited for a fence, fences, their events, and the bytes held back
-    by pending fences (current and peak)."""
+    by pending fences (current and peak), and release_before_peak's releases
+    and release_remap's remaps (grows and bytes moved)."""
     out = {}
     for dev in dump.get("devices", []) or []:
         st = dev.get("stats", {}) or {}
         for k in ("num_deferred_frees", "num_fences", "num_fence_events", "num_fence_joins", "num_fence_waits",
-                  "deferred_free_bytes.peak",
+                  "num_peak_releases", "num_peak_remaps", "peak_remap_bytes", "deferred_free_bytes.peak",
                   "deferred_free_bytes.current"):
             if k in st:
                 out[k] = out.get(k, 0) + int(st[k])

@@ -180,6 +180,8 @@ TEST_CASE("release_remap: another stream's free run moves to the grow, with no h
   CHECK(s.reserved_bytes[StatType::aggregate].peak == static_cast<std::int64_t>(40 * MiB));
   CHECK(s.num_peak_releases == 1);
   CHECK(s.peak_release_bytes == static_cast<std::int64_t>(40 * MiB));
+  CHECK(s.num_peak_remaps == 1);
+  CHECK(s.peak_remap_bytes == static_cast<std::int64_t>(40 * MiB));
   CHECK(f.backend.mapped(a));  // the old address stays mapped until the fence shows the kernel done
 
   SECTION("a grow of the donor's stream does not map over the retiring range") {
@@ -195,7 +197,9 @@ TEST_CASE("release_remap: another stream's free run moves to the grow, with no h
     CHECK(f.backend.used() == used + 2 * MiB);  // a's memory is b's alone now
     const DevicePtr c = f.malloc(40 * MiB, 0x1);  // stream 1's range may be mapped again
     CHECK(c == a);
-    CHECK(f.backend.used() == used + 42 * MiB);
+    // (no free run fits a remap, so the synchronizing path gave stream 3's
+    // small page back first)
+    CHECK(f.backend.used() == used + 40 * MiB);
     f.free(c);
   }
   SECTION("empty_cache waits for the fence and gives everything free back") {
@@ -204,6 +208,50 @@ TEST_CASE("release_remap: another stream's free run moves to the grow, with no h
     CHECK(f.backend.live_mappings() == 0);
     CHECK(f.backend.used() == 0);
   }
+}
+
+TEST_CASE("release_remap: a free run of the grow's own reservation moves too") {
+  AllocFixture f(release_remap(), 1 * GiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(20 * MiB, 0x1);
+  const DevicePtr b = f.malloc(20 * MiB, 0x1);  // keeps a from being the free tail
+  f.backend.launch_work();                       // a kernel still uses a
+  f.free(a);
+  const int syncs = f.backend.device_syncs, creates = f.backend.alloc_calls;
+  const std::size_t used = f.backend.used();
+  const DevicePtr c = f.malloc(40 * MiB, 0x1);  // larger than a: a grow past the high-water mark
+  CHECK(c != a);
+  CHECK(f.backend.device_syncs == syncs);       // no host wait
+  CHECK(f.backend.alloc_calls == creates + 1);  // a's run moved, one fresh page for the rest
+  CHECK(f.backend.used() == used + 20 * MiB);
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));
+  CHECK(f.stats().peak_release_bytes == static_cast<std::int64_t>(20 * MiB));
+  CHECK(f.stats().peak_remap_bytes == static_cast<std::int64_t>(20 * MiB));
+  CHECK(f.backend.mapped(a));  // retiring until the fence shows the kernel done
+  f.backend.complete_all_events();
+  f.free(f.malloc(1024, 0x3));  // a grow polls the fences
+  CHECK_FALSE(f.backend.mapped(a));
+  f.free(c);
+  f.free(b);
+  f.empty_cache();
+  CHECK(f.backend.live_mappings() == 0);
+  CHECK(f.backend.used() == 0);
+}
+
+TEST_CASE("release_remap: a run larger than the grow is not moved; the synchronizing path serves") {
+  AllocFixture f(release_remap(), 1 * GiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(60 * MiB, 0x1);
+  f.backend.launch_work();
+  f.free(a);
+  const int syncs = f.backend.device_syncs;
+  f.malloc(20 * MiB, 0x2);  // moving a's 60 MiB would keep 40 MiB more mapped than giving it back
+  CHECK(f.backend.device_syncs == syncs + 1);
+  CHECK(f.backend.fence_joins == 0);
+  CHECK(f.stats().num_peak_releases == 1);
+  CHECK(f.stats().num_peak_remaps == 0);
+  CHECK_FALSE(f.backend.mapped(a));
+  CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
 }
 
 TEST_CASE("release_remap: without joins, release_before_peak's synchronizing path serves") {
