@@ -393,19 +393,25 @@ class CachingAllocator {
   };
   bool retiring_block(const Block* b) const;
   bool runs_fit(const Block* b, std::size_t page) const;
-  bool remap_can_serve(const Segment* seg, std::size_t bytes) const;
+  // release_remap's choice of donor blocks for one grow (plan_remap).
+  struct RemapPlan {
+    std::vector<Block*> donors;
+  };
+  bool plan_remap(const Segment* seg, const Block* u, std::size_t bytes, RemapPlan* plan) const;
   void merge_retired(Segment* seg, DevicePtr at);
   std::size_t unmap_free_block(Block* b, bool released = false, std::vector<DetachedRun>* detach = nullptr);
   void detach_pages(Segment* seg, DevicePtr at, std::size_t bytes, std::vector<DetachedRun>* out);
-  std::size_t remap_before_new_peak(Segment* seg, Block* u, std::size_t bytes);
-  std::size_t remap_donors(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room,
-                           std::vector<std::pair<std::size_t, Block*>>& donors, RetiringRuns* retiring);
+  std::size_t remap_before_new_peak(Segment* seg, Block* u, const RemapPlan& plan);
+  std::size_t remap_donors(Segment* seg, DevicePtr at, const RemapPlan& plan, RetiringRuns* retiring);
+  std::pair<Block*, std::size_t> grow_site(Segment* seg, std::size_t size) const;
   void retire_remapped(bool wait);
   void pages_within(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   void unmappable_runs_of(const Block* b, DevicePtr* lo, DevicePtr* hi) const;
   std::vector<std::pair<std::size_t, Block*>> unmappable_free_blocks() const;
   bool device_idle_for_unmap();
   void release_before_new_peak(std::size_t bytes);
+  static std::size_t pick_runs(std::vector<std::pair<std::size_t, Block*>> runs, std::size_t excess,
+                               std::size_t limit, std::vector<Block*>* picked);
   static std::size_t pick_free_run(const std::vector<std::pair<std::size_t, Block*>>& runs, std::size_t excess,
                                    std::size_t limit);
   void add_free_remnant(Block* b);

@@ -22,6 +22,7 @@
 // one by one.
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "caching_allocator.h"
 #include "size_policy.h"
@@ -176,37 +177,49 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   if (is_retry) ++stats_.num_alloc_retries;
   Segment* seg = expandable_for(pool, stream, err);
   if (seg == nullptr) return nullptr;
-  const bool remap = config_.release_before_peak && config_.release_remap && seg->tag == kUntagged &&
-                     backend_->fence_join_supported() && remap_can_serve(seg, round_up(size, seg->page));
   if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
-  if (config_.release_before_peak && !remap) [[unlikely]] release_before_new_peak(round_up(size, seg->page));
+  auto [u, bytes] = grow_site(seg, size);
+  RemapPlan plan;
+  const bool remap = u != nullptr && config_.release_before_peak && config_.release_remap &&
+                     seg->tag == kUntagged && backend_->fence_join_supported() && plan_remap(seg, u, bytes, &plan);
+  if (config_.release_before_peak && !remap) [[unlikely]] {
+    release_before_new_peak(round_up(size, seg->page));
+    std::tie(u, bytes) = grow_site(seg, size);  // (what was unmapped may have merged into the range)
+  }
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  if (u == nullptr || (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_)) {
+    *err = kOutOfMemory;
+    return nullptr;
+  }
+  // Runs taken from free blocks first (release_remap), fresh pages for the rest.
+  const std::size_t moved = remap ? remap_before_new_peak(seg, u, plan) : 0;
+  *err = moved < bytes ? map_pages(seg, u->ptr + moved, bytes - moved) : kSuccess;
+  if (*err != kSuccess && moved == 0) return nullptr;
+  const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;
+  Block* mapped = split_off_front(u, total);
+  mapped->mapped = true;
+  const auto now = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+  stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(total));
+  mapped_high_water_ = std::max(mapped_high_water_, now + total);
+  notify(TraceKind::segment_map, mapped->ptr, total, stream);
+  return_to_pool(mapped);  // merges with the free block before it
+  if (*err != kSuccess) return nullptr;  // (what was remapped stays, free; the caller retries)
+  pool.blocks.erase(mapped);
+  return mapped;
+}
+
+// The first unmapped range of `seg` that, together with a free block just
+// before it, holds `size`, and the bytes to map there: {nullptr, 0} when
+// none does.  (A retiring range is mapped still: no grow there.)
+std::pair<Block*, std::size_t> CachingAllocator::grow_site(Segment* seg, std::size_t size) const {
   for (Block* u = seg->head; u != nullptr; u = u->next) {
     if (u->mapped || retiring_block(u)) continue;
     const std::size_t before = (u->prev != nullptr && u->prev->is_free()) ? u->prev->size : 0;
     if (size <= before || before + u->size < size) continue;
     const std::size_t bytes = round_up(size - before, seg->page);
-    if (bytes > u->size) continue;
-    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
-    if (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_) break;
-    // Runs taken from free blocks first (release_remap; whole runs, at most
-    // what was asked), fresh pages for the rest.
-    const std::size_t moved = remap ? remap_before_new_peak(seg, u, bytes) : 0;
-    *err = moved < bytes ? map_pages(seg, u->ptr + moved, bytes - moved) : kSuccess;
-    if (*err != kSuccess && moved == 0) return nullptr;
-    const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;
-    Block* mapped = split_off_front(u, total);
-    mapped->mapped = true;
-    const auto now = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
-    stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(total));
-    mapped_high_water_ = std::max(mapped_high_water_, now + total);
-    notify(TraceKind::segment_map, mapped->ptr, total, stream);
-    return_to_pool(mapped);  // merges with the free block before it
-    if (*err != kSuccess) return nullptr;  // (what was remapped stays, free; the caller retries)
-    pool.blocks.erase(mapped);
-    return mapped;
+    if (bytes <= u->size) return {u, bytes};
   }
-  *err = kOutOfMemory;
-  return nullptr;
+  return {nullptr, 0};
 }
 
 // Splits `b` so that it keeps its first `bytes`; the rest becomes a new
@@ -351,17 +364,16 @@ void CachingAllocator::release_before_new_peak(std::size_t bytes) {
   if (reserved + bytes <= mapped_high_water_) return;
   auto free_runs = unmappable_free_blocks();
   if (free_runs.empty() || !device_idle_for_unmap()) return;
+  // (the device is idle: old addresses of remapped runs go now, so that a
+  // run unmapped below frees its memory before the grow maps fresh pages)
+  if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
   std::sort(free_runs.begin(), free_runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   ++stats_.num_peak_releases;
-  std::size_t now = reserved;
-  while (now + bytes > mapped_high_water_ && !free_runs.empty()) {
-    const std::size_t excess = now + bytes - mapped_high_water_;
-    const auto it = free_runs.begin() + static_cast<std::ptrdiff_t>(pick_free_run(free_runs, excess, std::numeric_limits<std::size_t>::max()));
-    const std::size_t n = unmap_free_block(it->second);
-    now -= n;
-    stats_.peak_release_bytes += static_cast<std::int64_t>(n);
-    free_runs.erase(it);
-  }
+  // (unmapping one block leaves the whole runs of the others as they were)
+  std::vector<Block*> picked;
+  pick_runs(std::move(free_runs), reserved + bytes - mapped_high_water_, std::numeric_limits<std::size_t>::max(),
+            &picked);
+  for (Block* b : picked) stats_.peak_release_bytes += static_cast<std::int64_t>(unmap_free_block(b));
 }
 
 // Of `runs` (bytes, block; by bytes ascending, none empty), the smallest of

@@ -32,6 +32,7 @@
 // backends, a capture in flight) release_before_peak's synchronizing path
 // serves instead.
 #include <algorithm>
+#include <limits>
 
 #include "caching_allocator.h"
 
@@ -91,37 +92,57 @@ void CachingAllocator::detach_pages(Segment* seg, DevicePtr at, std::size_t byte
   }
 }
 
-// Whether a grow of `bytes` in `seg` past the high-water mark finds a free
-// run to remap: untagged, whole pages of seg, no larger than the grow.
-// Where none does, release_before_peak's synchronizing path serves the
-// grow instead, since it gives back more than it maps.
-bool CachingAllocator::remap_can_serve(const Segment* seg, std::size_t bytes) const {
-  for (const auto& [n, b] : unmappable_free_blocks())
-    if (b->segment->tag == kUntagged && n <= bytes && runs_fit(b, seg->page)) return true;
-  return false;
-}
-
-// release_remap's form of release_before_new_peak for a grow of `bytes` at
-// the unmapped block `u`: maps free runs of any segment of the pool at
-// u's start, smallest covering run first, until the grow no longer passes
-// the high-water mark.  Returns the bytes mapped there (whole runs, from
-// u's start, within u, access granted), 0 when none.  The free block the
-// grow extends (u->prev) is no donor: the grow counted it.
-std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, std::size_t bytes) {
-  const DevicePtr at = u->ptr;
-  const std::size_t room = u->size;
+// release_remap's plan for a grow of `bytes` at the unmapped block `u` of
+// `seg` that would pass the mapped high-water mark: the free runs to map
+// there, chosen as release_before_new_peak chooses what to unmap (the
+// smallest run that covers the excess, else the largest, again), among
+// untagged runs of any reservation that are whole pages of seg and fit in
+// what the grow maps, never more (a larger run would keep mapped what the
+// synchronizing path gives back).  The free block the grow extends
+// (u->prev) is no donor: the grow counted it.  True when the plan keeps
+// the peak where release_before_peak's synchronizing path would keep it;
+// else that path serves the grow.
+bool CachingAllocator::plan_remap(const Segment* seg, const Block* u, std::size_t bytes, RemapPlan* plan) const {
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
-  mapped_high_water_ = std::max(mapped_high_water_, reserved);
-  if (reserved + bytes <= mapped_high_water_) return 0;
-  auto donors = unmappable_free_blocks();
+  const std::size_t mark = std::max(mapped_high_water_, reserved);
+  if (reserved + bytes <= mark) return false;  // (no new peak: neither path acts)
+  const std::size_t excess = reserved + bytes - mark;
+  auto runs = unmappable_free_blocks();
+  runs.erase(std::remove_if(runs.begin(), runs.end(), [&](const auto& d) { return d.second == u->prev; }), runs.end());
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  auto donors = runs;
   donors.erase(std::remove_if(donors.begin(), donors.end(),
                               [&](const auto& d) {
-                                const Segment* s = d.second->segment;
-                                return d.second == u->prev || s->tag != kUntagged || d.first > room ||
-                                       !runs_fit(d.second, seg->page);
+                                return d.second->segment->tag != kUntagged || !runs_fit(d.second, seg->page);
                               }),
                donors.end());
-  if (donors.empty()) return 0;
+  const std::size_t moved = pick_runs(donors, excess, std::min(bytes, u->size), &plan->donors);
+  // (what the synchronizing path would give back towards the excess)
+  const std::size_t released = pick_runs(runs, excess, std::numeric_limits<std::size_t>::max(), nullptr);
+  return moved != 0 && std::min(moved, excess) >= std::min(released, excess);
+}
+
+// Picks from `runs` (bytes, block; by bytes ascending) as the release paths
+// do, until `excess` is covered or nothing more fits in `limit`; returns
+// the bytes picked, and the blocks in `picked` when given.
+std::size_t CachingAllocator::pick_runs(std::vector<std::pair<std::size_t, Block*>> runs, std::size_t excess,
+                                        std::size_t limit, std::vector<Block*>* picked) {
+  std::size_t total = 0;
+  while (total < excess) {
+    const std::size_t i = pick_free_run(runs, excess - total, limit - total);
+    if (i == runs.size()) break;
+    total += runs[i].first;
+    if (picked != nullptr) picked->push_back(runs[i].second);
+    runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return total;
+}
+
+// release_remap's form of release_before_new_peak: carries out `plan` (see
+// plan_remap) for the grow at the unmapped block `u` of `seg`, behind one
+// joined fence.  Returns the bytes mapped at u's start (whole runs, within
+// u, access granted), 0 when none.
+std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, const RemapPlan& plan) {
   FenceId fence = 0;
   DeviceBackend::FenceCost cost;
   if (backend_->fence_record(&fence, &cost) != kSuccess) return 0;  // (a capture: nothing moves)
@@ -132,9 +153,8 @@ std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, std:
     backend_->fence_destroy(fence);
     return 0;
   }
-  std::sort(donors.begin(), donors.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   RetiringRuns retiring{fence, {}};
-  const std::size_t moved = remap_donors(seg, at, bytes, room, donors, &retiring);
+  const std::size_t moved = remap_donors(seg, u->ptr, plan, &retiring);
   if (retiring.runs.empty()) {
     backend_->fence_destroy(fence);
     return 0;
@@ -148,25 +168,15 @@ std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, std:
   return moved;
 }
 
-// Moves donor runs to `at` (see remap_before_new_peak) and returns the
-// bytes mapped there; the old addresses go to `retiring`.
-std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, std::size_t bytes, std::size_t room,
-                                           std::vector<std::pair<std::size_t, Block*>>& donors,
-                                           RetiringRuns* retiring) {
-  auto reserved_now = [&] { return static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current); };
-  // Whole runs, never more than the grow asked for: a run larger than the
-  // need would keep mapped what the synchronizing path gives back.
-  const std::size_t limit = std::min(bytes, room);
+// Moves the plan's donor runs to `at` (see remap_before_new_peak) and
+// returns the bytes mapped there; the old addresses go to `retiring`.
+std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, const RemapPlan& plan, RetiringRuns* retiring) {
   std::size_t moved = 0;
-  while (reserved_now() + bytes > mapped_high_water_ && moved < bytes) {
-    const std::size_t excess = reserved_now() + bytes - mapped_high_water_;
-    const std::size_t i = pick_free_run(donors, excess, limit - moved);
-    if (i == donors.size()) break;
-    const auto it = donors.begin() + static_cast<std::ptrdiff_t>(i);
-    Segment* from = it->second->segment;
+  for (Block* donor : plan.donors) {
+    Segment* from = donor->segment;
     std::vector<DetachedRun> runs;
-    stats_.peak_release_bytes += static_cast<std::int64_t>(unmap_free_block(it->second, false, &runs));
-    donors.erase(it);
+    // (a detached block merges with nothing, so the other donors stay whole)
+    stats_.peak_release_bytes += static_cast<std::int64_t>(unmap_free_block(donor, false, &runs));
     for (const DetachedRun& r : runs) {
       retiring->runs.emplace_back(from, r);
       if (backend_->vm_map(at + moved, r.bytes, r.handle) != kSuccess) continue;  // (released with the old address)

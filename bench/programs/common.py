@@ -313,7 +313,10 @@ def diff_summary(a, b):
     out["driver_calls_per_free"] = out["driver_calls"] / out["frees"] if out["frees"] else None
     out["reserved_peak"] = b["reserved_peak"]
     fa, fb = a.get("fences", {}), b.get("fences", {})
-    out["fences"] = {k: (v - fa.get(k, 0) if k.startswith("num_") else v) for k, v in fb.items()}
+    # (counters as differences; the gauges, deferred_free_bytes.peak and
+    # .current, as they stand at the end)
+    out["fences"] = {k: (v - fa.get(k, 0) if k.startswith("num_") or k.endswith("_bytes") else v)
+                     for k, v in fb.items()}
     ba, bb = a.get("driver_calls_by") or {}, b.get("driver_calls_by") or {}
     out["driver_calls_by"] = {k: v - ba.get(k, 0) for k, v in bb.items() if v - ba.get(k, 0)}
     return out

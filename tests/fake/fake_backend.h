@@ -57,6 +57,9 @@ class FakeBackend final : public DeviceBackend {
 
   // ---- observations ----
   std::size_t used() const { return used_; }
+  // The most device memory held at once (physical: a handle counts until
+  // its last mapping goes).
+  std::size_t peak_used() const { return peak_used_; }
   std::size_t live_segments() const { return segments_.size(); }
   int alloc_calls = 0, free_calls = 0, failed_allocs = 0;
   int own_access_calls = 0;  // vm_set_own_access
@@ -83,6 +86,7 @@ class FakeBackend final : public DeviceBackend {
     next_addr_ += 0x10000;                                  // gap so adjacent segments never touch
     segments_[*out] = size;
     used_ += size;
+    peak_used_ = std::max(peak_used_, used_);
     return kSuccess;
   }
   Status segment_free(DevicePtr ptr) override {
@@ -270,6 +274,7 @@ class FakeBackend final : public DeviceBackend {
     *out = next_handle_++;
     handles_[*out] = size;
     used_ += size;
+    peak_used_ = std::max(peak_used_, used_);
     return kSuccess;
   }
   // As cuMemRelease: the memory goes once no address maps it (a release
@@ -569,6 +574,7 @@ class FakeBackend final : public DeviceBackend {
   std::map<DevicePtr, std::vector<unsigned char>> segment_contents_;
   std::size_t total_;
   std::size_t used_ = 0;
+  std::size_t peak_used_ = 0;
   std::size_t foreign_ = 0;
   int fail_next_ = 0;
   int fail_records_ = 0;

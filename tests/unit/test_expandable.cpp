@@ -238,6 +238,23 @@ TEST_CASE("release_remap: a free run of the grow's own reservation moves too") {
   CHECK(f.backend.used() == 0);
 }
 
+TEST_CASE("release_remap: where the runs that fit cover less than the synchronizing path gives back, it serves") {
+  AllocFixture f(release_remap(), 1 * GiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(20 * MiB, 0x1);
+  const DevicePtr b = f.malloc(60 * MiB, 0x2);
+  f.backend.launch_work();
+  f.free(a);
+  f.free(b);
+  const int syncs = f.backend.device_syncs;
+  f.malloc(40 * MiB, 0x3);  // a's 20 MiB fits the grow but leaves it 20 MiB over the mark; b's run covers it
+  CHECK(f.backend.device_syncs == syncs + 1);
+  CHECK(f.stats().num_peak_remaps == 0);
+  CHECK_FALSE(f.backend.mapped(b));
+  CHECK(f.reserved() == static_cast<std::int64_t>(60 * MiB));  // the mark: nothing mapped past it
+  CHECK(f.stats().reserved_bytes[StatType::aggregate].peak == static_cast<std::int64_t>(80 * MiB));
+}
+
 TEST_CASE("release_remap: a run larger than the grow is not moved; the synchronizing path serves") {
   AllocFixture f(release_remap(), 1 * GiB);
   f.backend.allow_joins(true);
@@ -252,6 +269,21 @@ TEST_CASE("release_remap: a run larger than the grow is not moved; the synchroni
   CHECK(f.stats().num_peak_remaps == 0);
   CHECK_FALSE(f.backend.mapped(a));
   CHECK(f.reserved() == static_cast<std::int64_t>(20 * MiB));
+}
+
+TEST_CASE("release_remap: a moved run given back by the synchronizing path frees its memory before the grow maps") {
+  AllocFixture f(release_remap(), 1 * GiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(40 * MiB, 0x1);
+  f.backend.launch_work();
+  f.free(a);
+  f.free(f.malloc(40 * MiB, 0x2));  // a's run moves there; a's address retires
+  REQUIRE(f.stats().num_peak_remaps == 1);
+  REQUIRE(f.backend.mapped(a));
+  f.malloc(20 * MiB, 0x3);  // the 40 MiB run does not fit a 20 MiB grow: the synchronizing path
+  CHECK_FALSE(f.backend.mapped(a));
+  CHECK(f.backend.used() == 20 * MiB);  // (the run's memory was gone before the fresh page came)
+  CHECK(f.backend.peak_used() == 40 * MiB);
 }
 
 TEST_CASE("release_remap: without joins, release_before_peak's synchronizing path serves") {
