@@ -230,6 +230,26 @@ def test_median_interval():
     rows = {t["target"]: t["status"] for t in report.evaluate(raw)}
     check(rows.get("train_varlen: step time per round, cachalloc ÷ native") == "unresolved",
           f"an interval holding 1.05 is unresolved, not met: {rows}")
+    # 3f: each route contender's time per call ÷ the pool's, paired per round
+    # (the pool's from call_timer); the remap contender under 1 in every
+    # round, the plain route straddling 1.
+    pool = [2000, 2100, 1900, 2500, 2200, 2050]
+    route = [1900, 2300, 1800, 2400, 2300, 2000]
+    raw = {"programs": {"runs": [
+        r for i in range(6) for r in (
+            {"program": "train_varlen", "config": "cudapool", "round": i, "ok": True, "step_ms_median": 20,
+             "call_timer": {"ns_per_call": pool[i]}},
+            {"program": "train_varlen", "config": "cachalloc_async", "round": i, "ok": True, "step_ms_median": 20,
+             "cachalloc": {"ns_per_call": route[i]}},
+            {"program": "train_varlen", "config": "cachalloc_async+release_remap:true", "round": i, "ok": True,
+             "step_ms_median": 20, "cachalloc": {"ns_per_call": pool[i] * 0.8}})]}, "micro": {}, "counters": {}}
+    got = {t["target"]: t for t in report.evaluate(raw)}
+    plain = got.get("train_varlen: time per allocation call, cachalloc_async vs CUDA's pool")
+    remap = got.get("train_varlen: time per allocation call, cachalloc_async+release_remap:true vs CUDA's pool")
+    check(plain is not None and plain["status"] == "unresolved" and "(6 rounds)" in plain["measured"],
+          f"3f: a paired ratio straddling 1 is unresolved: {plain}")
+    check(remap is not None and remap["status"] == "met" and remap["measured"].startswith("0.800 [0.800–0.800]"),
+          f"3f: every route contender, paired per round: {remap}")
 
 
 def test_harness(host_bin):
