@@ -396,6 +396,7 @@ class CachingAllocator {
   // release_remap's choice of donor blocks for one grow (plan_remap).
   struct RemapPlan {
     std::vector<Block*> donors;
+    std::size_t bytes = 0;  // their runs, which leave reserved memory before the grow maps
   };
   bool plan_remap(const Segment* seg, const Block* u, std::size_t bytes, RemapPlan* plan) const;
   void merge_retired(Segment* seg, DevicePtr at);

@@ -186,13 +186,21 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
     release_before_new_peak(round_up(size, seg->page));
     std::tie(u, bytes) = grow_site(seg, size);  // (what was unmapped may have merged into the range)
   }
-  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
-  if (u == nullptr || (config_.per_process_memory_fraction < 1.0 && reserved + bytes > allowed_bytes_)) {
+  // (the fraction counts the planned runs out of reserved memory: they move)
+  auto over_fraction = [&](std::size_t leaving) {
+    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
+    return config_.per_process_memory_fraction < 1.0 && reserved - leaving + bytes > allowed_bytes_;
+  };
+  if (u == nullptr || over_fraction(remap ? plan.bytes : 0)) {
     *err = kOutOfMemory;
     return nullptr;
   }
   // Runs taken from free blocks first (release_remap), fresh pages for the rest.
   const std::size_t moved = remap ? remap_before_new_peak(seg, u, plan) : 0;
+  if (remap && moved == 0 && over_fraction(0)) {  // (nothing moved after all: a capture)
+    *err = kOutOfMemory;
+    return nullptr;
+  }
   *err = moved < bytes ? map_pages(seg, u->ptr + moved, bytes - moved) : kSuccess;
   if (*err != kSuccess && moved == 0) return nullptr;
   const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;

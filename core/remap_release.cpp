@@ -116,10 +116,10 @@ bool CachingAllocator::plan_remap(const Segment* seg, const Block* u, std::size_
                                 return d.second->segment->tag != kUntagged || !runs_fit(d.second, seg->page);
                               }),
                donors.end());
-  const std::size_t moved = pick_runs(donors, excess, std::min(bytes, u->size), &plan->donors);
+  plan->bytes = pick_runs(donors, excess, std::min(bytes, u->size), &plan->donors);
   // (what the synchronizing path would give back towards the excess)
   const std::size_t released = pick_runs(runs, excess, std::numeric_limits<std::size_t>::max(), nullptr);
-  return moved != 0 && std::min(moved, excess) >= std::min(released, excess);
+  return plan->bytes != 0 && std::min(plan->bytes, excess) >= std::min(released, excess);
 }
 
 // Picks from `runs` (bytes, block; by bytes ascending) as the release paths

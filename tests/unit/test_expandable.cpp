@@ -289,6 +289,22 @@ TEST_CASE("release_remap: a moved run given back by the synchronizing path frees
   CHECK(f.backend.peak_used() == 40 * MiB);
 }
 
+TEST_CASE("release_remap: the memory fraction counts the moved runs out first") {
+  Config c = release_remap();
+  c.per_process_memory_fraction = 0.4;  // 80 of 200 MiB
+  AllocFixture f(c, 200 * MiB);
+  f.backend.allow_joins(true);
+  const DevicePtr a = f.malloc(20 * MiB, 0x1);
+  f.malloc(40 * MiB, 0x3);
+  f.backend.launch_work();
+  f.free(a);
+  DevicePtr p = 0;
+  CHECK(f.try_malloc(40 * MiB, 0x2, &p) == kSuccess);  // a's run moves, 20 MiB fresh: 80 MiB, the limit
+  CHECK(f.stats().num_peak_remaps == 1);
+  CHECK(f.reserved() == static_cast<std::int64_t>(80 * MiB));
+  CHECK(f.try_malloc(20 * MiB, 0x2, &p) == kOutOfMemory);  // and not past it
+}
+
 TEST_CASE("release_remap: without joins, release_before_peak's synchronizing path serves") {
   AllocFixture f(release_remap(), 1 * GiB);  // (the fake refuses joins unless allowed)
   const DevicePtr a = f.malloc(40 * MiB, 0x1);
