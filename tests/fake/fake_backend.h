@@ -229,6 +229,11 @@ class FakeBackend final : public DeviceBackend {
     work_in_flight_ = true;
     launched_at_ = clock_;
   }
+  // A kernel using [at, at+bytes) only: vm_unmap of pages in that range
+  // throws until the device has shown it complete (as for launch_work),
+  // while other ranges may be unmapped.  For workloads that keep kernels
+  // running on some blocks while others are given back.
+  void launch_work_on(DevicePtr at, std::size_t bytes) { ranged_launches_.push_back({clock_, at, bytes}); }
   Status synchronize_device() override {
     if (fault()) return 999;
     ++device_syncs;
@@ -309,6 +314,10 @@ class FakeBackend final : public DeviceBackend {
     if (fault()) return 999;
     if (work_in_flight_ && !device_done_after(launched_at_))
       throw std::logic_error("FakeBackend: vm_unmap while kernels may still use the pages");
+    std::erase_if(ranged_launches_, [&](const RangedLaunch& l) { return device_done_after(l.at); });
+    for (const RangedLaunch& l : ranged_launches_)
+      if (l.ptr < at + size && at < l.ptr + l.bytes)
+        throw std::logic_error("FakeBackend: vm_unmap of pages a running kernel uses");
     auto m = mappings_.find(at);
     if (m == mappings_.end()) throw std::logic_error("FakeBackend: vm_unmap of an unmapped address");
     for (DevicePtr p = at; p < at + size; p += handles_.at(m->second)) {
@@ -585,6 +594,12 @@ class FakeBackend final : public DeviceBackend {
   bool auto_complete_ = false;
   bool work_in_flight_ = false;  // launch_work() since the last synchronize_device
   std::uint64_t launched_at_ = 0;  // the clock at the last launch_work()
+  struct RangedLaunch {
+    std::uint64_t at;  // the clock at launch_work_on()
+    DevicePtr ptr;
+    std::size_t bytes;
+  };
+  std::vector<RangedLaunch> ranged_launches_;
   DevicePtr next_addr_ = 0x7f0000000000;
   EventId next_event_ = 1;
   std::map<DevicePtr, std::size_t> segments_;
