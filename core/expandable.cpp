@@ -178,7 +178,11 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   Segment* seg = expandable_for(pool, stream, err);
   if (seg == nullptr) return nullptr;
   if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
-  auto [u, bytes] = grow_site(seg, size);
+  // (named variables, not a structured binding: the lambda below captures
+  // them, which C++20 compilers before clang 16 refuse for bindings)
+  Block* u = nullptr;
+  std::size_t bytes = 0;
+  std::tie(u, bytes) = grow_site(seg, size);
   RemapPlan plan;
   const bool remap = u != nullptr && config_.release_before_peak && config_.release_remap &&
                      seg->tag == kUntagged && backend_->fence_join_supported() && plan_remap(seg, u, bytes, &plan);
