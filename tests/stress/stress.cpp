@@ -428,6 +428,37 @@ class Worker {
     return r == CUDA_ERROR_NOT_READY;
   }
 
+  // The early-reuse failure, with what tells its paths apart: how the block
+  // was freed, the streams' kinds, the driver calls made since the free and
+  // the allocator's fence and event counters.
+  [[noreturn]] void die_early_reuse(CUdeviceptr p, CUdeviceptr q, std::size_t size, unsigned how, int k, CUstream s,
+                                    CUstream y, const struct fake_cuda_stats_t& at_free) {
+    static const char* const kHow[] = {"cuMemFreeAsync on the busy stream", "record_stream, cuMemFreeAsync on its own",
+                                       "record_stream, cuMemFree"};
+    const struct fake_cuda_stats_t now = fake_stats();
+    unsigned fs = 0, fy = 0;
+    cuStreamGetFlags(s, &fs);
+    cuStreamGetFlags(y, &fy);
+    std::fprintf(stderr,
+                 "stress: early reuse detail: thread %u, freed by %s, reuse on allocation %d of 3; own stream %s, "
+                 "busy stream %s\n"
+                 "  driver calls since the free: event_record %lu (ctx-wide %lu), event_query %lu, ctx_wait_event %lu, "
+                 "stream_wait_event %lu, stream_query %lu, vm_map %lu, vm_unmap %lu, mem_alloc %lu, mem_free %lu, "
+                 "ctx_destroyed %lu\n",
+                 id_, kHow[how], k + 1, fs == CU_STREAM_NON_BLOCKING ? "non-blocking" : "blocking",
+                 fy == CU_STREAM_NON_BLOCKING ? "non-blocking" : "blocking", now.event_record - at_free.event_record,
+                 now.ctx_record_event - at_free.ctx_record_event, now.event_query - at_free.event_query,
+                 now.ctx_wait_event - at_free.ctx_wait_event, now.stream_wait_event - at_free.stream_wait_event,
+                 now.stream_query - at_free.stream_query, now.vm_map - at_free.vm_map, now.vm_unmap - at_free.vm_unmap,
+                 now.mem_alloc - at_free.mem_alloc, now.mem_free - at_free.mem_free,
+                 now.ctx_destroyed - at_free.ctx_destroyed);
+    static std::vector<char> buf(1 * MiB);
+    if (cachalloc_stats_json(buf.data(), buf.size()) == CACHALLOC_SUCCESS) std::fprintf(stderr, "  stats: %s\n", buf.data());
+    die("early reuse: block %#" PRIx64 " (%zu B) freed behind a busy stream was handed out again as %#" PRIx64
+        " before that stream's work completed",
+        static_cast<std::uint64_t>(p), size, static_cast<std::uint64_t>(q));
+  }
+
   // A block freed or recorded on a busy stream must not be handed out again
   // before that stream's work completes, unless all later work is ordered
   // after it.
@@ -441,8 +472,10 @@ class Worker {
     verify(b, "early-reuse block");
     fake_cuda_hold_stream(y, 1);
     held_ = y;
+    const struct fake_cuda_stats_t at_free = fake_stats();
     const unsigned before = static_cast<unsigned>(sync_count());
-    switch (pick(3)) {
+    const unsigned how = pick(3);
+    switch (how) {
       case 0: CU(cuMemFreeAsync(p, y)); break;
       case 1:
         record(b, y);
@@ -459,9 +492,7 @@ class Worker {
       CU(cuMemAllocAsync(&q, size, s));
       const bool synced = static_cast<unsigned>(sync_count()) != before;
       if (!synced && overlaps(q, size, p, size) && !ordered_after_held(s))
-        die("early reuse: block %#" PRIx64 " (%zu B) freed behind a busy stream was handed out again as %#" PRIx64
-            " before that stream's work completed",
-            static_cast<std::uint64_t>(p), size, static_cast<std::uint64_t>(q));
+        die_early_reuse(p, q, size, how, k, s, y, at_free);
       (synced ? g_counts.hold_skipped : g_counts.hold_checked)++;
       remember(fresh_block(q, size, s));
     }
