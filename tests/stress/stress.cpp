@@ -144,10 +144,10 @@ struct fake_cuda_stats_t fake_stats() {
 }
 
 // Every synchronization the fake performed: work held on a stream may
-// complete through any of them.
+// complete through any of them (cuMemFreeHost waits for the device too).
 unsigned long sync_count() {
   const struct fake_cuda_stats_t s = fake_stats();
-  return s.event_sync + s.ctx_sync + s.stream_sync;
+  return s.event_sync + s.ctx_sync + s.stream_sync + s.host_free_syncs;
 }
 
 void check_fake_clean(const char* when) {
@@ -433,6 +433,8 @@ class Worker {
   // the allocator's fence and event counters.
   [[noreturn]] void die_early_reuse(CUdeviceptr p, CUdeviceptr q, std::size_t size, unsigned how, int k, CUstream s,
                                     CUstream y, const struct fake_cuda_stats_t& at_free) {
+    static std::mutex once;  // one report: another thread failing too waits here until _exit
+    once.lock();
     static const char* const kHow[] = {"cuMemFreeAsync on the busy stream", "record_stream, cuMemFreeAsync on its own",
                                        "record_stream, cuMemFree"};
     const struct fake_cuda_stats_t now = fake_stats();
@@ -452,6 +454,14 @@ class Worker {
                  now.stream_query - at_free.stream_query, now.vm_map - at_free.vm_map, now.vm_unmap - at_free.vm_unmap,
                  now.mem_alloc - at_free.mem_alloc, now.mem_free - at_free.mem_free,
                  now.ctx_destroyed - at_free.ctx_destroyed);
+    // Whether the allocator's state is still consistent (a block named twice,
+    // or a pending one in a pool, shows here), and where p lies in it.
+    char msg[512] = "";
+    const int valid = cachalloc_validate(msg, sizeof msg);
+    std::fprintf(stderr, "  cachalloc_validate: %d %s\n", valid, msg);
+    char path[64];
+    std::snprintf(path, sizeof path, "/tmp/stress-early-reuse-%d.json", static_cast<int>(getpid()));
+    if (cachalloc_snapshot(path) == CACHALLOC_SUCCESS) std::fprintf(stderr, "  snapshot: %s\n", path);
     static std::vector<char> buf(1 * MiB);
     if (cachalloc_stats_json(buf.data(), buf.size()) == CACHALLOC_SUCCESS) std::fprintf(stderr, "  stats: %s\n", buf.data());
     die("early reuse: block %#" PRIx64 " (%zu B) freed behind a busy stream was handed out again as %#" PRIx64
