@@ -14,6 +14,11 @@
 //    back to the driver, which keeps exported memory alive for importers.
 //    Retained blocks of expandable segments stay mapped until the context
 //    dies.
+//  * A pending block's pending_events is exactly the number of entries
+//    naming it in the lists of waiting frees (event queues, unsynced, the
+//    deferred list, fence batches), and those lists name only blocks of
+//    live segments (blocks are recycled: a stale entry would complete the
+//    next new block early).
 //  * No two neighbouring blocks are both free: free() merges them.
 //  * Every block of a segment carries the segment's stream and pool; a block
 //    is only reused on that stream (cross-stream reuse goes through events).

@@ -485,6 +485,7 @@ class CachingAllocator {
   void lock_thread_caches() const;
   void unlock_thread_caches() const;
   std::size_t check_thread_caches() const;  // validate.cpp
+  std::unordered_map<const Block*, int> pending_references() const;  // validate.cpp
   void orphan_thread_caches();
   ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
   std::size_t tcs_count_ = 0;                    // how many (under mutex_)

@@ -5,6 +5,7 @@
 // naming the first violation.  Tests call it after every operation.
 #include <algorithm>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "caching_allocator.h"
@@ -113,6 +114,18 @@ std::size_t CachingAllocator::check_thread_caches() const {
   return owned;
 }
 
+// Per block, its entries in the lists of frees waiting for something.
+std::unordered_map<const Block*, int> CachingAllocator::pending_references() const {
+  std::unordered_map<const Block*, int> refs;
+  for (const auto& [stream, queue] : pending_)
+    for (const PendingEvent& pe : queue) ++refs[pe.block];
+  for (const Block* b : unsynced_) ++refs[b];
+  for (const Block* b = deferred_; b != nullptr; b = b->free_next) ++refs[b];
+  for (const FenceBatch& f : fences_)
+    for (const Block* b = f.blocks; b != nullptr; b = b->free_next) ++refs[b];
+  return refs;
+}
+
 void CachingAllocator::validate() const {
   std::lock_guard lock(mutex_);
   lock_thread_caches();
@@ -130,6 +143,13 @@ void CachingAllocator::validate() const {
   std::map<const Segment*, std::size_t> retiring_listed;  // pages release_remap's list holds, per segment
   for (const RetiringRuns& r : retiring_)
     for (const auto& [seg, run] : r.runs) retiring_listed[seg] += run.bytes / seg->page;
+  // What each block waits for, as the lists name it: a block's pending
+  // count must be exactly its entries there (event queues, unsynced, the
+  // deferred list, fence batches), and every block they name must be a
+  // block of a segment.  Blocks are recycled most recent first, so a stale
+  // pointer left in a list would otherwise complete the next new block:
+  // an early reuse no total can show.
+  std::unordered_map<const Block*, int> waits_named = pending_references();
   for (const auto& [base, seg] : segments_) {
     check(base == seg->base, "segment map key differs from its base", base);
     check(seg->base >= last_end, "segments overlap", base);
@@ -276,6 +296,10 @@ void CachingAllocator::validate() const {
         rc.s.inactive_split_bytes.increase(small, bytes);
       }
       rc.pending_events += static_cast<std::size_t>(b->pending_events);
+      const auto named = waits_named.find(b);
+      check(b->pending_events == (named == waits_named.end() ? 0 : named->second),
+            "a block's pending count differs from the lists naming it", b->ptr);
+      if (named != waits_named.end()) waits_named.erase(named);
       expect = b->ptr + b->size;
     }
     check(expect == seg->base + seg->size, "blocks do not reach the segment end", base);
@@ -284,6 +308,8 @@ void CachingAllocator::validate() const {
           base);
   }
   check(held_ == nullptr || held_seen, "held block in no segment", 0);
+  check(waits_named.empty(), "a pending list names a block of no segment",
+        waits_named.empty() ? 0 : waits_named.begin()->first->ptr);
   // A backup exists only while its tag is paused; a backup file only for a
   // disk backup with bytes in it (pause_backup.cpp).
   for (const auto& [tag, ts] : tags_) {
