@@ -131,9 +131,18 @@ sanitizer_suites="unit integration hostile stress"
 # compile the shim at -O2 as at -O0, and the tests are short.  b_lundef=false:
 # the sanitizers' symbols come from their runtimes at run time.
 sanitizer_options=(-Dbuildtype=debug -Db_lundef=false -Dbench=false -Dgpu_tests=disabled)
-# hostile_signals_nested: 10 rounds instead of 40 (a round takes seconds
-# under a sanitizer; the default build runs the 40).
+# hostile_signals_nested: 10 rounds instead of 40, hostile_signals_during_dump
+# 4 rounds of each exit signal instead of 12 (a round takes seconds under a
+# sanitizer: 246 s of ThreadSanitizer's phase went to the 24 exit dumps; the
+# default build runs them all).
 nested_rounds_sanitized=10
+exit_rounds_sanitized=4
+# Meson's timeouts are set for the default build.  Under ThreadSanitizer the
+# stress runs and the Python harnesses take 5 to 15 times as long, which on
+# a slow 2-core machine put stress_expandable at 118 s of its 120 (and over
+# it in CI on 435cde1): the sanitizer phases triple every timeout, so a
+# timeout there still means a hang, not a slow machine.
+sanitizer_timeouts=(--timeout-multiplier 3)
 
 phase_default() {
   echo "== build (build/)"
@@ -165,11 +174,11 @@ phase_asan() {
   #   functions ASan intercepts (its dlsym is not one), so nothing that ASan
   #   sees changes, but ASan would refuse to start.
   # Programs that the tests start (fork/exec, IPC children) inherit these.
-  SIGNALS_NESTED_ROUNDS=$nested_rounds_sanitized \
+  SIGNALS_NESTED_ROUNDS=$nested_rounds_sanitized SIGNALS_EXIT_ROUNDS=$exit_rounds_sanitized \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0 \
   LSAN_OPTIONS=suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0 \
-    run_tests build-asan testlog-asan --wrapper "$wrap" $names
+    run_tests build-asan testlog-asan "${sanitizer_timeouts[@]}" --wrapper "$wrap" $names
 }
 
 phase_tsan() {
@@ -184,9 +193,9 @@ phase_tsan() {
   #   SIGINT and snapshot_signal handlers, which allocates; that risk is
   #   accepted by design (shim/exit_hooks.cpp, docs/OBSERVABILITY.md), and
   #   test_obs_exit_hooks and test_obs_shim exercise exactly that.
-  SIGNALS_NESTED_ROUNDS=$nested_rounds_sanitized \
+  SIGNALS_NESTED_ROUNDS=$nested_rounds_sanitized SIGNALS_EXIT_ROUNDS=$exit_rounds_sanitized \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0 \
-    run_tests build-tsan testlog-tsan --wrapper "$wrap" $names
+    run_tests build-tsan testlog-tsan "${sanitizer_timeouts[@]}" --wrapper "$wrap" $names
 }
 
 phase_fuzz() {
