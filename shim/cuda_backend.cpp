@@ -58,7 +58,7 @@ Status CudaBackend::event_record(EventId event, StreamId stream) {
   if (detached()) [[unlikely]] return kContextDestroyed;
   CUstream s = nullptr;
   if (!to_cu_stream(stream, &s)) return kInvalidValue;
-  if (obs::logger().should_log(spdlog::level::trace))
+  if (obs::logger().should_log(LogLevel::trace))
     obs::logger().trace("record event {} on stream {}", static_cast<const void*>(as_event(event)),
                         static_cast<const void*>(s));
   return status(CALL(cuEventRecord, as_event(event), s));

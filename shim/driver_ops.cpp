@@ -454,7 +454,7 @@ CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes) {
 }
 
 void note_stream_created(CUstream stream, unsigned int flags) {
-  if (obs::logger().should_log(spdlog::level::debug))
+  if (obs::logger().should_log(LogLevel::debug))
     obs::logger().debug("stream {} created", static_cast<const void*>(stream));
   if (!serving(current_mode())) return;
   if (ContextState* ctx = current_context_state())
@@ -466,7 +466,7 @@ void note_stream_created(CUstream stream, unsigned int flags) {
 // driver while the handle is still valid.  Retiring its blocks records an
 // event on it, so that context is made current meanwhile.
 void note_stream_destroying(CUstream stream) {
-  if (obs::logger().should_log(spdlog::level::debug))
+  if (obs::logger().should_log(LogLevel::debug))
     obs::logger().debug("stream {} destroyed", static_cast<const void*>(stream));
   g_stream_generation.fetch_add(1, std::memory_order_relaxed);
   if (!serving(current_mode())) return;

@@ -1,10 +1,9 @@
 // ipc_layout.cpp — judging the driver's IPC handle layout from its own small allocations.
 #include "ipc_layout.h"
 
-#include <fmt/format.h>
-
 #include <cstring>
 
+#include "format.h"
 namespace cachalloc::shim {
 
 std::uint64_t IpcHandleFields::size(const CUipcMemHandle& h) {
@@ -46,13 +45,13 @@ bool same_but_fields(const CUipcMemHandle& a, const CUipcMemHandle& b) {
 std::string disagreement(const IpcProbeSample& s) {
   const auto ptr = static_cast<unsigned long long>(s.ptr);
   if (s.range_base != s.ptr)
-    return fmt::format("the driver reports base {:#x} for its own allocation at {:#x}",
+    return obs::format("the driver reports base {:#x} for its own allocation at {:#x}",
                        static_cast<unsigned long long>(s.range_base), ptr);
   if (F::size(s.handle) != s.range_size)
-    return fmt::format("the size field (bytes {}-{}) reads {} for a {}-byte allocation", F::kSizeOffset,
+    return obs::format("the size field (bytes {}-{}) reads {} for a {}-byte allocation", F::kSizeOffset,
                        F::kSizeOffset + 7, F::size(s.handle), s.range_size);
   if (s.mapping_known && F::offset(s.handle) != s.ptr - s.mapping_base)
-    return fmt::format("the offset field (bytes {}-{}) reads {:#x} for an allocation at offset {:#x} of its mapping",
+    return obs::format("the offset field (bytes {}-{}) reads {:#x} for an allocation at offset {:#x} of its mapping",
                        F::kOffsetOffset, F::kOffsetOffset + 3, F::offset(s.handle),
                        static_cast<unsigned long long>(s.ptr - s.mapping_base));
   return {};
@@ -83,7 +82,7 @@ IpcLayoutVerdict judge_ipc_layout(std::span<const IpcProbeSample> samples) {
       // Modular arithmetic: the difference of the fields is the difference of the pointers.
       const std::uint64_t field_delta = std::uint64_t{F::offset(b.handle)} - F::offset(a.handle);
       if (field_delta != b.ptr - a.ptr)
-        return refuted(fmt::format("the offset fields of two allocations of one mapping, {:#x} apart, read {:#x} "
+        return refuted(obs::format("the offset fields of two allocations of one mapping, {:#x} apart, read {:#x} "
                                    "and {:#x}",
                                    static_cast<unsigned long long>(b.ptr - a.ptr), F::offset(a.handle),
                                    F::offset(b.handle)));

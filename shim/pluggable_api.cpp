@@ -202,7 +202,7 @@ bool drop_orphan(void* ptr) {
   std::lock_guard lock(g_orphan_mutex);
   if (orphans().erase(reinterpret_cast<DevicePtr>(ptr)) == 0) return false;
   g_orphan_count.store(orphans().size(), std::memory_order_relaxed);
-  if (obs::logger().should_log(spdlog::level::debug))
+  if (obs::logger().should_log(LogLevel::debug))
     obs::logger().debug("cachalloc_free({}): the block died with its context; nothing to free", ptr);
   return true;
 }

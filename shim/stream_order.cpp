@@ -85,7 +85,7 @@ void StreamOrder::order_after_serial_work(StreamId id) {
 // which library of theirs created a stream.
 void StreamOrder::log_leaving_serial(StreamId id, bool non_blocking, const char* how) {
   auto& logger = obs::logger();
-  if (!logger.should_log(spdlog::level::info)) return;
+  if (!logger.should_log(LogLevel::info)) return;
   const char* kind = non_blocking ? "non-blocking" : is_per_thread_id(id) ? "a thread's per-thread default stream"
                                                                            : "a second blocking stream";
   const char* after = *how == 'e'   ? " (it waits on the device for the work enqueued before it)"
@@ -94,7 +94,7 @@ void StreamOrder::log_leaving_serial(StreamId id, bool non_blocking, const char*
   logger.info("device {}: stream {:#x} ({}) is not ordered with every earlier one: plain frees now wait for "
               "fences{}",
               device_, id, kind, after);
-  if (!logger.should_log(spdlog::level::debug)) return;
+  if (!logger.should_log(LogLevel::debug)) return;
   void* frames[24];
   const int n = backtrace(frames, 24);
   logger.debug("the stream's first call came from:");

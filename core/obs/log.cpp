@@ -1,6 +1,7 @@
 // log.cpp — see log.h.
 #include "log.h"
 
+#include <spdlog/logger.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
@@ -24,13 +25,13 @@ constexpr const char* kPattern = "[cachalloc %P %l] %v";
 spdlog::logger* make_stderr_logger() {
   auto* log = new spdlog::logger("cachalloc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   log->set_pattern(kPattern);
-  log->set_level(spdlog::level::warn);
+  log->set_level(spdlog::level::trace);  // Logger::should_log filters
   return log;
 }
 
 // Leaked on purpose: logging must work in atexit handlers and after static
 // destructors.  Replaced at most once, by init_logging().
-std::atomic<spdlog::logger*> g_logger{nullptr};
+std::atomic<spdlog::logger*> g_spdlog{nullptr};
 std::once_flag g_default_once;
 std::once_flag g_init_once;
 
@@ -81,12 +82,11 @@ void configure(const Config& config) {
   if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   auto* log = new spdlog::logger("cachalloc", std::move(sink));
   log->set_pattern(kPattern);
-  log->set_level(to_spdlog_level(config.log_level));
+  log->set_level(spdlog::level::trace);  // Logger::should_log filters
   log->flush_on(spdlog::level::warn);
-  g_logger.store(log, std::memory_order_release);  // the old one is leaked: someone may hold it
+  g_spdlog.store(log, std::memory_order_release);  // the old one is leaked: someone may hold it
+  g_logger.set_level(config.log_level);
 }
-
-}  // namespace
 
 spdlog::level::level_enum to_spdlog_level(LogLevel level) {
   switch (level) {
@@ -101,6 +101,20 @@ spdlog::level::level_enum to_spdlog_level(LogLevel level) {
   return spdlog::level::warn;
 }
 
+spdlog::logger& spdlog_logger() {
+  spdlog::logger* log = g_spdlog.load(std::memory_order_acquire);
+  if (log != nullptr) return *log;
+  std::call_once(g_default_once, [] {
+    spdlog::logger* expected = nullptr;
+    g_spdlog.compare_exchange_strong(expected, make_stderr_logger());
+  });
+  return *g_spdlog.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+constinit Logger g_logger;
+
 void init_logging(const Config& config) {
   try {
     std::call_once(g_init_once, [&] { configure(config); });
@@ -109,14 +123,28 @@ void init_logging(const Config& config) {
   }
 }
 
-spdlog::logger& logger() {
-  spdlog::logger* log = g_logger.load(std::memory_order_acquire);
-  if (log != nullptr) return *log;
-  std::call_once(g_default_once, [] {
-    spdlog::logger* expected = nullptr;
-    g_logger.compare_exchange_strong(expected, make_stderr_logger());
-  });
-  return *g_logger.load(std::memory_order_acquire);
+void Logger::write(LogLevel level, std::string_view message) noexcept {
+  if (!should_log(level)) return;
+  try {
+    spdlog_logger().log(to_spdlog_level(level), spdlog::string_view_t(message.data(), message.size()));
+  } catch (...) {
+    // Logging must never take the program down.
+  }
+}
+
+void Logger::log_formatted(LogLevel level, fmt::string_view format, fmt::format_args args) noexcept {
+  try {
+    write(level, ::cachalloc::obs::vformat(format, args));
+  } catch (...) {
+    // A message that cannot be formatted (out of host memory) is dropped.
+  }
+}
+
+void Logger::flush() noexcept {
+  try {
+    spdlog_logger().flush();
+  } catch (...) {
+  }
 }
 
 }  // namespace cachalloc::obs

@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "format.h"
 #include "process_observer.h"
 
 namespace cachalloc::obs {
@@ -94,10 +93,10 @@ std::string usage_lines(const Nvml& n, int ordinal) {
   std::string out;
   for (unsigned int i = 0; i < count; ++i) {
     if (infos[i].usedGpuMemory == kNvmlValueNotAvailable) {  // e.g. no permission in a container
-      out += fmt::format("  process {} uses an unknown amount\n", infos[i].pid);
+      out += obs::format("  process {} uses an unknown amount\n", infos[i].pid);
       continue;
     }
-    out += fmt::format("  process {} uses {:.2f} MiB\n", infos[i].pid,
+    out += obs::format("  process {} uses {:.2f} MiB\n", infos[i].pid,
                        static_cast<double>(infos[i].usedGpuMemory) / (1024.0 * 1024.0));
   }
   return out;

@@ -2,11 +2,10 @@
 // of PyTorch's "CUDA out of memory. Tried to allocate ..." message, plus what
 // PyTorch leaves the user to work out: which limit refused the request, and
 // what to change (issue 10, item 5).
-#include <fmt/format.h>
-
 #include <cmath>
 #include <string_view>
 
+#include "format.h"
 #include "process_observer.h"
 #include "size_policy.h"
 
@@ -16,11 +15,11 @@ namespace {
 
 // PyTorch's format_size() for messages: bytes, then KiB/MiB/GiB with two decimals.
 std::string human(std::size_t bytes) {
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  if (bytes < 1024) return obs::format("{} bytes", bytes);
   double v = static_cast<double>(bytes);
-  if (bytes < MiB) return fmt::format("{:.2f} KiB", v / KiB);
-  if (bytes < GiB) return fmt::format("{:.2f} MiB", v / MiB);
-  return fmt::format("{:.2f} GiB", v / GiB);
+  if (bytes < MiB) return obs::format("{:.2f} KiB", v / KiB);
+  if (bytes < GiB) return obs::format("{:.2f} MiB", v / MiB);
+  return obs::format("{:.2f} GiB", v / GiB);
 }
 
 // The stream as the program knows it.  The ids are the shim's
@@ -34,7 +33,7 @@ std::string stream_phrase(StreamId stream) {
   if (stream == 2) return "for cudaMalloc/cuMemAlloc (no stream)";
   if (stream == 0) return "on the legacy default stream";
   if ((stream & 1u) != 0) return "on this thread's per-thread default stream";
-  return fmt::format("on stream {:#x}", stream);
+  return obs::format("on stream {:#x}", stream);
 }
 
 // `x` rounded up to two significant digits (0.001953 -> 0.002).
@@ -64,15 +63,15 @@ std::string reason_and_remedy(int device, const OomReport& r) {
   // which for a request no larger than 1 MiB is the same 2 MiB.
   const std::size_t segment = segment_size_for(r.rounded);
   if (r.device_total > 0 && r.rounded > r.device_total)
-    return fmt::format(
+    return obs::format(
         "The request is larger than device {}'s total memory ({}): it cannot succeed on this device, with or "
         "without cachalloc. Check the size the program computes, or split the data.",
         device, human(r.device_total));
   if (capped && segment > r.allowed) {
     const double fraction = static_cast<double>(r.allowed) / static_cast<double>(r.device_total);
     double needed = round_up_2_digits(static_cast<double>(segment) / static_cast<double>(r.device_total));
-    std::string raise = needed <= 1.0 ? fmt::format("to at least {:g}", needed) : "";
-    return fmt::format(
+    std::string raise = needed <= 1.0 ? obs::format("to at least {:g}", needed) : "";
+    return obs::format(
         "per_process_memory_fraction:{:.3g} allows cachalloc {} of the device, less than the {} segment it needs "
         "{}. Raise per_process_memory_fraction{}{}, or remove it from CACHALLOC_CONF.",
         fraction, human(r.allowed), human(segment),
@@ -81,18 +80,18 @@ std::string reason_and_remedy(int device, const OomReport& r) {
         raise.empty() ? "" : " ", raise);
   }
   if (capped && r.reserved + segment > r.allowed)
-    return fmt::format(
+    return obs::format(
         "The per-process memory fraction allows cachalloc {} and it already holds {} for this program, so a new "
         "{} segment would exceed it (the device itself still has {} free). Free memory the program no longer "
         "needs, or raise per_process_memory_fraction in CACHALLOC_CONF.",
         human(r.allowed), human(r.reserved), human(segment), human(r.device_free));
   if (r.device_free >= segment)
-    return fmt::format(
+    return obs::format(
         "The driver refused a {} segment although it reports {} free (its free memory may be fragmented, or "
         "another process allocated in the meantime). Free memory the program no longer needs, or stop other "
         "processes using device {}.",
         human(segment), human(r.device_free), device);
-  return fmt::format(
+  return obs::format(
       "The device has {} free and cachalloc needs a {} segment for this request; the rest of the device is held "
       "by this program ({} through cachalloc) and by other processes. Free memory the program no longer needs, "
       "or stop other processes using device {}.",
@@ -117,7 +116,7 @@ std::size_t oom_need(const OomReport& r) {
 
 std::string repeated_oom_summary(const RepeatedOom& rep) {
   if (std::string_view(rep.reason) == "larger_than_device")
-    return fmt::format(
+    return obs::format(
         "{} allocations on device {} were larger than its total memory ({}); the largest asked for {}. The "
         "message was printed once (the first).",
         rep.count, rep.device, human(rep.device_total), human(rep.largest_need));
@@ -125,12 +124,12 @@ std::string repeated_oom_summary(const RepeatedOom& rep) {
   const double needed = rep.device_total > 0
                             ? round_up_2_digits(static_cast<double>(rep.largest_need) / static_cast<double>(rep.device_total))
                             : 0.0;
-  std::string remedy = needed <= 1.0 ? fmt::format("raise per_process_memory_fraction to at least {:g} (what that "
+  std::string remedy = needed <= 1.0 ? obs::format("raise per_process_memory_fraction to at least {:g} (what that "
                                                    "segment needs; the program may need more once it runs), or "
                                                    "remove it from CACHALLOC_CONF",
                                                    needed)
                                      : "remove per_process_memory_fraction from CACHALLOC_CONF";
-  return fmt::format(
+  return obs::format(
       "per_process_memory_fraction:{:.3g} ({} of device {}) refused {} allocations (the message was printed once, "
       "for the first); the largest needed a {} segment: to serve every one of them, {}.",
       fraction, human(rep.allowed), rep.device, rep.count, human(rep.largest_need), remedy);
@@ -138,14 +137,14 @@ std::string repeated_oom_summary(const RepeatedOom& rep) {
 
 std::string format_oom_message(int device, const OomReport& r, const std::string& nvml_lines) {
   std::size_t unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
-  std::string msg = fmt::format(
+  std::string msg = obs::format(
       "CUDA out of memory. Tried to allocate {} (rounded to {}) {}. "
       "Device {} has a total capacity of {} of which {} is free (driver). ",
       human(r.requested), human(r.rounded), stream_phrase(r.stream), device, human(r.device_total),
       human(r.device_free));
   msg += reason_and_remedy(device, r);
   if (r.reserved > 0)  // nothing reserved: nothing to say about the cache
-    msg += fmt::format(
+    msg += obs::format(
         " Of the memory cachalloc reserved, {} is allocated by the program and {} is reserved by cachalloc "
         "but unallocated; the largest free cached block is {}.",
         human(r.allocated), human(unallocated), human(r.largest_free_block));

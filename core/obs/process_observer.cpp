@@ -51,11 +51,11 @@ void ProcessObserver::on_oom(int device, const OomReport& report) {
     }
     repeats_.push_back({device, reason, 1, report.allowed, report.device_total, oom_need(report)});
   }
-  spdlog::logger& log = logger();
-  if (!log.should_log(spdlog::level::err)) return;
+  Logger& log = logger();
+  if (!log.should_log(LogLevel::err)) return;
   std::string msg = format_oom_message(device, report, nvml_process_usage(device));
   if (reason != nullptr)
-    msg += fmt::format(
+    msg += obs::format(
         "\nLater out-of-memory errors on device {} for this reason are counted, not printed: their number and "
         "the setting that serves the largest of them are reported at exit and in the stats dump.",
         device);

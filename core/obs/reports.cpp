@@ -89,8 +89,8 @@ void write_trace(const ProcessReport& r, const TraceRing::Contents& trace, const
 // The conditions ProcessObserver printed once and then counted: one line
 // each at exit, at error level like the message itself.
 void log_repeated_ooms(const ProcessReport& r) {
-  spdlog::logger& log = logger();
-  if (!log.should_log(spdlog::level::err)) return;
+  Logger& log = logger();
+  if (!log.should_log(LogLevel::err)) return;
   for (const RepeatedOom& rep : r.repeated_ooms)
     if (rep.count > 1) log.error("{}", repeated_oom_summary(rep));
   log.flush();

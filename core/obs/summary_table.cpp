@@ -3,11 +3,10 @@
 // line, so users read the same table they know.
 #include "summary_table.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <string_view>
 
+#include "format.h"
 namespace cachalloc::obs {
 
 namespace {
@@ -21,12 +20,12 @@ std::int64_t floor_div(std::int64_t a, std::int64_t b) {
 }
 
 std::string rule(char c) { return "|" + std::string(kWidth, c) + "|\n"; }
-std::string boxed(std::string_view line) { return fmt::format("|{}|\n", line); }
+std::string boxed(std::string_view line) { return obs::format("|{}|\n", line); }
 
 using Formatter = std::string (*)(std::int64_t, std::int64_t);
 
 void stat_row(std::string& out, std::string_view name, const Stat& s, const Stat& pref, Formatter f) {
-  out += boxed(fmt::format(" {:<21} | {} | {} | {} | {} ", name, f(s.current, pref.current),
+  out += boxed(obs::format(" {:<21} | {} | {} | {} | {} ", name, f(s.current, pref.current),
                            f(s.peak, pref.peak), f(s.allocated, pref.allocated), f(s.freed, pref.freed)));
 }
 
@@ -40,9 +39,9 @@ void pool_rows(std::string& out, std::string_view name, const StatArray& arr, Fo
 
 std::string header(int device, const DeviceStats& s) {
   std::string out = rule('=');
-  out += boxed(fmt::format(" {:14} cachalloc CUDA memory summary, device ID {:<17d} ", "", device));
+  out += boxed(obs::format(" {:14} cachalloc CUDA memory summary, device ID {:<17d} ", "", device));
   out += rule('-');
-  out += boxed(fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
+  out += boxed(obs::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
                            s.num_alloc_retries));
   out += rule('=');
   out += boxed("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
@@ -50,14 +49,14 @@ std::string header(int device, const DeviceStats& s) {
 }
 
 void value_row(std::string& out, std::string_view label, std::string_view value) {
-  out += boxed(fmt::format(" {:<44}{:>29} ", label, value));
+  out += boxed(obs::format(" {:<44}{:>29} ", label, value));
 }
 
 // Seconds from 1 s up, else milliseconds: most programs spend well under a
 // second inside cachalloc, and "0.000 s" would say nothing.
 std::string duration(std::uint64_t ns) {
-  if (ns >= 1'000'000'000) return fmt::format("{:.3f} s", static_cast<double>(ns) / 1e9);
-  return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6);
+  if (ns >= 1'000'000'000) return obs::format("{:.3f} s", static_cast<double>(ns) / 1e9);
+  return obs::format("{:.3f} ms", static_cast<double>(ns) / 1e6);
 }
 
 }  // namespace
@@ -71,7 +70,7 @@ std::string format_size(std::int64_t sz, std::int64_t pref_sz) {
     sz = floor_div(sz, 1024);
     pref /= 1024;
   }
-  return fmt::format("{:6d} {}", sz, kUnits[unit]);
+  return obs::format("{:6d} {}", sz, kUnits[unit]);
 }
 
 std::string format_count(std::int64_t cnt, std::int64_t pref_cnt) {
@@ -83,7 +82,7 @@ std::string format_count(std::int64_t cnt, std::int64_t pref_cnt) {
     cnt = floor_div(cnt, 1000);
     pref /= 1000;
   }
-  return fmt::format("{:7d} {} ", cnt, kUnits[unit]);
+  return obs::format("{:7d} {} ", cnt, kUnits[unit]);
 }
 
 std::string device_table(int device, const DeviceStats& s) {
@@ -115,30 +114,30 @@ std::string short_size(std::size_t bytes) {
     v /= 1024.0;
     ++unit;
   }
-  return unit == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.1f}{}", v, kUnits[unit]);
+  return unit == 0 ? obs::format("{}B", bytes) : obs::format("{:.1f}{}", v, kUnits[unit]);
 }
 
 std::string tag_table(const DeviceReport& d) {
   if (d.tags.empty()) return "";
-  std::string out = boxed(fmt::format(" {:<74}", fmt::format("Tags of device {} (docs/PAUSE.md)", d.device)));
+  std::string out = boxed(obs::format(" {:<74}", obs::format("Tags of device {} (docs/PAUSE.md)", d.device)));
   out += rule('-');
-  auto row = [&](std::string_view text) { out += boxed(fmt::format("{:<75.75}", text)); };
+  auto row = [&](std::string_view text) { out += boxed(obs::format("{:<75.75}", text)); };
   // "in": where the backup is (host memory or disk), else where the tag's
   // pauses put it ("-": no backup).
-  row(fmt::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", "tag", "state", "reserved", "allocated",
+  row(obs::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", "tag", "state", "reserved", "allocated",
                   "paused", "backup", "in", "pau/res"));
   for (const TagReport& t : d.tags) {
     const TagStats& s = t.stats;
     const BackupMode where = s.backup_location != BackupMode::none ? s.backup_location : s.backup_mode;
-    row(fmt::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", t.name, s.paused ? "paused" : "running",
+    row(obs::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", t.name, s.paused ? "paused" : "running",
                     short_size(s.reserved_bytes), short_size(s.allocated_bytes), short_size(s.paused_bytes),
                     short_size(s.backup_bytes),
                     where == BackupMode::disk ? "disk" : where == BackupMode::host ? "host" : "-",
-                    fmt::format("{}/{}", s.pauses, s.resumes)));
+                    obs::format("{}/{}", s.pauses, s.resumes)));
   }
   std::size_t staging = 0;
   for (const TagReport& t : d.tags) staging = std::max(staging, t.stats.staging_bytes);
-  if (staging != 0) row(fmt::format(" disk backups stage through {} of pinned host memory", short_size(staging)));
+  if (staging != 0) row(obs::format(" disk backups stage through {} of pinned host memory", short_size(staging)));
   out += rule('=');
   return out;
 }
@@ -156,39 +155,39 @@ double peak_fragmentation(const DeviceStats& s) {
 
 std::string interposer_section(const ProcessReport& r) {
   std::string out = rule('=');
-  out += boxed(fmt::format("{:^75}", "cachalloc interposer summary"));
+  out += boxed(obs::format("{:^75}", "cachalloc interposer summary"));
   out += rule('-');
-  out += boxed(fmt::format(" {:<73} ", "Calls by entry point"));
+  out += boxed(obs::format(" {:<73} ", "Calls by entry point"));
   for (int e = 0; e < static_cast<int>(Entry::count); ++e)
-    value_row(out, fmt::format("   {}", entry_name(static_cast<Entry>(e))), std::to_string(r.calls[e]));
+    value_row(out, obs::format("   {}", entry_name(static_cast<Entry>(e))), std::to_string(r.calls[e]));
   out += rule('-');
-  out += boxed(fmt::format(" {:<73} ", "Calls passed through to the driver, by reason"));
+  out += boxed(obs::format(" {:<73} ", "Calls passed through to the driver, by reason"));
   for (int p = 0; p < static_cast<int>(Passthrough::count); ++p)
-    value_row(out, fmt::format("   {}", passthrough_name(static_cast<Passthrough>(p))),
+    value_row(out, obs::format("   {}", passthrough_name(static_cast<Passthrough>(p))),
               std::to_string(r.passthrough[p]));
   out += rule('-');
   for (const DeviceReport& d : r.devices) {
-    value_row(out, fmt::format(" Device {}: device allocations avoided", d.device),
+    value_row(out, obs::format(" Device {}: device allocations avoided", d.device),
               std::to_string(device_allocations_avoided(d.stats)));
-    value_row(out, fmt::format(" Device {}: peak fragmentation", d.device),
-              fmt::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
+    value_row(out, obs::format(" Device {}: peak fragmentation", d.device),
+              obs::format("{:.1f} %", 100.0 * peak_fragmentation(d.stats)));
   }
   if (r.has_host) {
     const HostStats& h = r.host;
     value_row(out, " Pinned host: served (of which cache hits)",
-              fmt::format("{} ({})", h.allocations.allocated, h.num_cache_hits));
-    value_row(out, " Pinned host: driver allocs / frees", fmt::format("{} / {}", h.num_host_alloc, h.num_host_free));
+              obs::format("{} ({})", h.allocations.allocated, h.num_cache_hits));
+    value_row(out, " Pinned host: driver allocs / frees", obs::format("{} / {}", h.num_host_alloc, h.num_host_free));
     value_row(out, " Pinned host: reserved now (peak)",
-              fmt::format("{} ({})", format_size(h.reserved_bytes.current, h.reserved_bytes.current),
+              obs::format("{} ({})", format_size(h.reserved_bytes.current, h.reserved_bytes.current),
                           format_size(h.reserved_bytes.peak, h.reserved_bytes.peak)));
     value_row(out, " Pinned host: driver alloc / free time",
-              fmt::format("{} / {}", duration(h.host_alloc_time_ns), duration(h.host_free_time_ns)));
+              obs::format("{} / {}", duration(h.host_alloc_time_ns), duration(h.host_free_time_ns)));
   }
   value_row(out, " Time inside cachalloc", duration(r.ns_inside));
-  value_row(out, fmt::format("   of which in {} driver calls", r.driver_calls), duration(r.ns_in_driver));
+  value_row(out, obs::format("   of which in {} driver calls", r.driver_calls), duration(r.ns_in_driver));
   for (int i = 0; i < static_cast<int>(DriverCall::count); ++i)
     if (r.driver_calls_by[i] != 0)
-      value_row(out, fmt::format("     {}", driver_call_name(static_cast<DriverCall>(i))),
+      value_row(out, obs::format("     {}", driver_call_name(static_cast<DriverCall>(i))),
                 std::to_string(r.driver_calls_by[i]));
   out += rule('=');
   return out;

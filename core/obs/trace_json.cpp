@@ -1,22 +1,21 @@
 // trace_json.cpp — see trace_json.h.
 #include "trace_json.h"
 
-#include <fmt/format.h>
-
 #include <set>
 
+#include "format.h"
 #include "json_writer.h"
 
 namespace cachalloc::obs {
 
 namespace {
 
-std::string hex(std::uint64_t v) { return fmt::format("{:#x}", v); }
+std::string hex(std::uint64_t v) { return obs::format("{:#x}", v); }
 
 // Microseconds with three decimals (fixed point, so ns survive long runs).
 std::string micros(std::uint64_t ns, std::uint64_t origin) {
   std::uint64_t d = ns - origin;
-  return fmt::format("{}.{:03d}", d / 1000, d % 1000);
+  return obs::format("{}.{:03d}", d / 1000, d % 1000);
 }
 
 void process_name(JsonWriter& w, int pid) {
@@ -26,7 +25,7 @@ void process_name(JsonWriter& w, int pid) {
   w.field("pid", pid);
   w.key("args");
   w.begin_object();
-  w.field("name", fmt::format("cachalloc {}", pid));
+  w.field("name", obs::format("cachalloc {}", pid));
   w.end_object();
   w.end_object();
 }
@@ -43,7 +42,7 @@ void thread_names(JsonWriter& w, const TraceRing::Contents& t, int pid) {
     w.field("tid", d);
     w.key("args");
     w.begin_object();
-    w.field("name", fmt::format("device {}", d));
+    w.field("name", obs::format("device {}", d));
     w.end_object();
     w.end_object();
   }
@@ -71,7 +70,7 @@ void instant(JsonWriter& w, const TimedEvent& e, const std::string& ts, int pid)
 
 void counter(JsonWriter& w, const char* what, int device, std::int64_t bytes, const std::string& ts, int pid) {
   w.begin_object();
-  w.field("name", fmt::format("{} bytes (device {})", what, device));
+  w.field("name", obs::format("{} bytes (device {})", what, device));
   w.field("ph", "C");
   w.key("ts");
   w.number_text(ts);

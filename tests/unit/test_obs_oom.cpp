@@ -164,9 +164,9 @@ TEST_CASE("a real allocator's OOM is logged at error level", "[obs][oom]") {
   cfg.log_file = name;
   cfg.log_level = LogLevel::err;
   init_logging(cfg);
-  CHECK(logger().level() == spdlog::level::err);
+  CHECK(logger().level() == LogLevel::err);
   init_logging(Config{});  // later calls do nothing
-  CHECK(logger().level() == spdlog::level::err);
+  CHECK(logger().level() == LogLevel::err);
 
   ProcessObserver obs;
   obs.configure(Config{});
@@ -222,9 +222,18 @@ TEST_CASE("sizes whose rounding would overflow are out of memory, never a small 
   CHECK(contains(format_oom_message(0, obs.last, ""), "The request is larger than device 0's total memory"));
 }
 
-TEST_CASE("config log levels map to spdlog levels", "[obs][oom]") {
-  CHECK(to_spdlog_level(LogLevel::warn) == spdlog::level::warn);
-  CHECK(to_spdlog_level(LogLevel::debug) == spdlog::level::debug);
-  CHECK(to_spdlog_level(LogLevel::off) == spdlog::level::off);
-  CHECK(to_spdlog_level(LogLevel::err) == spdlog::level::err);
+TEST_CASE("the logger writes the configured level and those above it", "[obs][oom]") {
+  Logger log;  // a logger of its own: the process's is configured once
+  CHECK(log.level() == LogLevel::warn);  // before init_logging, as spdlog's default
+  CHECK(log.should_log(LogLevel::warn));
+  CHECK(log.should_log(LogLevel::err));
+  CHECK_FALSE(log.should_log(LogLevel::info));
+  log.set_level(LogLevel::debug);
+  CHECK(log.should_log(LogLevel::debug));
+  CHECK_FALSE(log.should_log(LogLevel::trace));
+  log.set_level(LogLevel::off);
+  for (LogLevel l : {LogLevel::trace, LogLevel::warn, LogLevel::critical, LogLevel::off}) CHECK_FALSE(log.should_log(l));
+  log.set_level(LogLevel::trace);
+  CHECK(log.should_log(LogLevel::trace));
+  CHECK_FALSE(log.should_log(LogLevel::off));
 }
