@@ -8,7 +8,8 @@
 #                          without a GPU), slow
 #   asan     build-asan/   ASan + UBSan: unit, integration, hostile, stress
 #                          (the preloaded shim built with the sanitizers)
-#   tsan     build-tsan/   ThreadSanitizer: unit, integration, hostile, stress
+#   tsan     build-tsan/   ThreadSanitizer: the unit tests that start threads
+#                          (suite threads), integration, hostile, stress
 #   fuzz     build-fuzz/   libFuzzer targets (clang, ASan + UBSan), meson
 #                          suite 'fuzz': each fuzzes FUZZ_SECONDS (30) from
 #                          fuzz/corpus/ and replays fuzz/regressions/
@@ -127,6 +128,9 @@ sanitizer_skip='^(untouched_non_cuda_process|launcher|shim_exports_and_needed|fa
 #                               allocate memory in static TLS block")
 tsan_skip='^(python_module|python_torch_memory|python_memory_saver)$'
 sanitizer_suites="unit integration hostile stress"
+# ThreadSanitizer: of the unit tests only suite 'threads', those that run
+# more than one thread (tests/unit/meson.build says why).
+tsan_suites="threads integration hostile stress"
 # -O0 (buildtype debug): with ASan + UBSan, gcc takes 3 times as long to
 # compile the shim at -O2 as at -O0, and the tests are short.  b_lundef=false:
 # the sanitizers' symbols come from their runtimes at run time.
@@ -182,11 +186,11 @@ phase_asan() {
 }
 
 phase_tsan() {
-  echo "== ThreadSanitizer: ${sanitizer_suites} (build-tsan/)"
+  echo "== ThreadSanitizer: ${tsan_suites} (build-tsan/)"
   configure build-tsan "${sanitizer_options[@]}" -Db_sanitize=thread || return 1
   local wrap names
   wrap=$(wrapper build-tsan libtsan.so) || return 1
-  names=$(tests_of build-tsan "$sanitizer_skip|$tsan_skip" $sanitizer_suites) || return 1
+  names=$(tests_of build-tsan "$sanitizer_skip|$tsan_skip" $tsan_suites) || return 1
   [ -n "$names" ] || return 1
   # halt_on_error: the first report fails the test (exit status 66).
   # report_signal_unsafe=0: the shim writes its reports from its SIGTERM,
