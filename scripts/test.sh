@@ -16,9 +16,9 @@
 #   summary                wall time of each phase, then the count
 #
 # The first two are the quick configuration, the last two the heavy one.
-# Measured from a clean copy on 2 cores (92a6928): default 8.7 min (the build
-# with the nvcc examples and benchmarks, the slow suite), asan 7.0, tsan 9.5,
-# fuzz 1.5: 27 minutes (34 while other builds shared the cores), within CI's 90.  `scripts/test.sh --quick`
+# Measured from a clean copy on a slow 2-core machine (aa5d077): default
+# 9:25 (the build with the examples and benchmarks, the slow suite), asan
+# 7:07, tsan 11:07, fuzz 1:56: 30 minutes, within CI's 90.  `scripts/test.sh --quick`
 # runs only default and asan, `scripts/test.sh --phases "tsan fuzz"` any
 # subset.
 # Suites that do not exist (yet) are left out.  Exit status 1 if anything
