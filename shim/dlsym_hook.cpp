@@ -70,7 +70,7 @@ bool is_libcuda(void* handle) {
 void* lookup_cuda_symbol(DlsymFn real, void* handle, const char* name) {
   void* sym = real(handle, name);
   if (sym == nullptr) return nullptr;
-  void* wrapper = wrapper_for_symbol(name);
+  void* wrapper = wrapper_for_symbol(name, sym);
   return wrapper != nullptr ? wrapper : sym;
 }
 

@@ -123,10 +123,10 @@ const ByBase kByBase[] = {
 
 }  // namespace
 
-void* wrapper_for_symbol(const char* name) {
+void* wrapper_for_symbol(const char* name, void* sym) {
   for (const ByName& e : kByName)
     if (std::strcmp(e.name, name) == 0) return e.wrapper;
-  return watch_wrapper_for_symbol(name);
+  return watch_wrapper_for_symbol(name, sym);
 }
 
 void* wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags) {

@@ -10,8 +10,10 @@
 
 namespace cachalloc::shim {
 
-// The wrapper for an exported driver symbol name, or nullptr.
-void* wrapper_for_symbol(const char* name);
+// What dlsym hands out for driver symbol `name`, whose real address is
+// `sym`: a hook, a stream-watching wrapper or thunk (stream_watch.h), or
+// nullptr for the driver's own function.
+void* wrapper_for_symbol(const char* name, void* sym);
 
 // The wrapper for a cuGetProcAddress lookup: the ABI version the caller asked
 // for (cudaVersion >= 3020 is the _v2 ABI of cuMemAlloc/cuMemFree/

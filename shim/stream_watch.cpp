@@ -1,12 +1,17 @@
-// stream_watch.cpp — the watched calls (list below), their lookups, and the
-// noting of a per-thread default stream.
+// stream_watch.cpp — the watched calls (generated from the toolkit's
+// headers by gen_stream_calls.py), their lookups, thunks for entry points
+// newer than those headers, and the noting of a per-thread default stream.
 #include "stream_watch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "log.h"
+#include "note_thunks.h"
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
@@ -41,6 +46,17 @@ inline CUstream config_stream(const CUlaunchConfig* c) { return c != nullptr ? c
 
 std::atomic<unsigned long> g_noted{0};
 
+// One ABI of a watched entry point (the generated kWatchedCalls).
+struct WatchedCall {
+  const char* base;      // cuGetProcAddress base name
+  int version;           // first cudaVersion of this ABI
+  bool per_thread;       // the _ptsz/_ptds variant
+  const char* exported;  // exported name of the current ABI, else nullptr
+  void* exported_fn;
+  void* proc_fn;
+  Slots* slots;
+};
+
 }  // namespace
 
 void note_per_thread_stream() noexcept {
@@ -65,169 +81,99 @@ unsigned long per_thread_streams_noted() { return g_noted.load(std::memory_order
 
 }  // namespace cachalloc::shim
 
-// ---- the list ----
+// ---- the generated wrappers ----
 //
-// ASYNC(plain name, _ptsz name, lookup base name, first cudaVersion of this
-//       ABI, (parameters), (arguments), stream expression)
-// SYNC (_ptds name, lookup base name, first cudaVersion, (parameters), (arguments)):
-//       synchronous calls, on the per-thread stream in their _ptds form only.
-#define CACHALLOC_WATCHED_ASYNC(X)                                                                                   \
-  X(cuLaunchKernel, cuLaunchKernel_ptsz, "cuLaunchKernel", 4000,                                                    \
-    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,     \
-     CUstream s, void** params, void** extra),                                                                       \
-    (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra), s)                                                         \
-  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000,                   \
-    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,     \
-     CUstream s, void** params),                                                                                     \
-    (f, gx, gy, gz, bx, by, bz, shmem, s, params), s)                                                                \
-  X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060,                                             \
-    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra),          \
-    config_stream(config))                                                                                           \
-  X(cuGraphLaunch, cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, (CUgraphExec g, CUstream s), (g, s), s)              \
-  X(cuMemcpyAsync, cuMemcpyAsync_ptsz, "cuMemcpyAsync", 4000,                                                       \
-    (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), s)                                   \
-  X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz, "cuMemcpyHtoDAsync", 3020,                                     \
-    (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s), s)                                   \
-  X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz, "cuMemcpyDtoHAsync", 3020,                                     \
-    (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), s)                                         \
-  X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, "cuMemcpyDtoDAsync", 3020,                                     \
-    (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), s)                                   \
-  X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz, "cuMemcpy2DAsync", 3020, (const CUDA_MEMCPY2D* p, CUstream s),    \
-    (p, s), s)                                                                                                       \
-  X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz, "cuMemcpy3DAsync", 3020, (const CUDA_MEMCPY3D* p, CUstream s),    \
-    (p, s), s)                                                                                                       \
-  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz, "cuMemcpyPeerAsync", 4000,                                           \
-    (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s), (dst, dc, src, sc, n, s), \
-    s)                                                                                                               \
-  X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync_ptsz, "cuMemcpy3DPeerAsync", 4000,                                     \
-    (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s), s)                                                            \
-  X(cuMemsetD8Async, cuMemsetD8Async_ptsz, "cuMemsetD8Async", 3020,                                                 \
-    (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s), s)                                         \
-  X(cuMemsetD16Async, cuMemsetD16Async_ptsz, "cuMemsetD16Async", 3020,                                              \
-    (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s), s)                                        \
-  X(cuMemsetD32Async, cuMemsetD32Async_ptsz, "cuMemsetD32Async", 3020,                                              \
-    (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s), s)                                          \
-  X(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, "cuMemsetD2D8Async", 3020,                                           \
-    (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s), (d, pitch, v, w, h, s), s)      \
-  X(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, "cuMemsetD2D16Async", 3020,                                        \
-    (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s), (d, pitch, v, w, h, s), s)     \
-  X(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, "cuMemsetD2D32Async", 3020,                                        \
-    (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s), (d, pitch, v, w, h, s), s)       \
-  X(cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz, "cuStreamWriteValue32", 11070,                           \
-    (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int fl), (s, a, v, fl), s)                                    \
-  X(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz, "cuStreamWriteValue64", 11070,                           \
-    (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int fl), (s, a, v, fl), s)                                    \
-  X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2_ptsz, "cuStreamBatchMemOp", 11070,                                 \
-    (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int fl), (s, n, ops, fl), s)                \
-  X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, "cuMemcpyBatchAsync", 13000,                                 \
-    (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t n, CUmemcpyAttributes* attrs, size_t* idxs,         \
-     size_t nattrs, CUstream s),                                                                                     \
-    (dsts, srcs, sizes, n, attrs, idxs, nattrs, s), s)                                                               \
-  X(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000,                           \
-    (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long fl, CUstream s), (n, ops, fl, s), s)
-
-#define CACHALLOC_WATCHED_SYNC(X)                                                                                    \
-  X(cuMemcpy_ptds, "cuMemcpy", 4000, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))                   \
-  X(cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD", 3020, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n))        \
-  X(cuMemcpyDtoH_v2_ptds, "cuMemcpyDtoH", 3020, (void* dst, CUdeviceptr src, size_t n), (dst, src, n))              \
-  X(cuMemcpyDtoD_v2_ptds, "cuMemcpyDtoD", 3020, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))        \
-  X(cuMemcpy2D_v2_ptds, "cuMemcpy2D", 3020, (const CUDA_MEMCPY2D* p), (p))                                          \
-  X(cuMemcpy2DUnaligned_v2_ptds, "cuMemcpy2DUnaligned", 3020, (const CUDA_MEMCPY2D* p), (p))                        \
-  X(cuMemcpy3D_v2_ptds, "cuMemcpy3D", 3020, (const CUDA_MEMCPY3D* p), (p))                                          \
-  X(cuMemcpyPeer_ptds, "cuMemcpyPeer", 4000,                                                                        \
-    (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), (dst, dc, src, sc, n))                 \
-  X(cuMemcpy3DPeer_ptds, "cuMemcpy3DPeer", 4000, (const CUDA_MEMCPY3D_PEER* p), (p))                                \
-  X(cuMemsetD8_v2_ptds, "cuMemsetD8", 3020, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))                  \
-  X(cuMemsetD16_v2_ptds, "cuMemsetD16", 3020, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))               \
-  X(cuMemsetD32_v2_ptds, "cuMemsetD32", 3020, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))                 \
-  X(cuMemsetD2D8_v2_ptds, "cuMemsetD2D8", 3020,                                                                     \
-    (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h), (d, pitch, v, w, h))                         \
-  X(cuMemsetD2D16_v2_ptds, "cuMemsetD2D16", 3020,                                                                   \
-    (CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h), (d, pitch, v, w, h))                        \
-  X(cuMemsetD2D32_v2_ptds, "cuMemsetD2D32", 3020,                                                                   \
-    (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h), (d, pitch, v, w, h))
-
-// ---- the wrappers ----
-//
-// For each variant: an exported function (forwards to the `dl` slot) and a
-// local one for cuGetProcAddress (forwards to the `proc` slot, always set
-// before it is handed out).  No exception can arise in them.
+// For each ABI of each watched entry point: a lookup wrapper (forwards to
+// the `proc` slot, always set before it is handed out) and, for the current
+// ABI, an exported function (forwards to the `dl` slot).  No exception can
+// arise in them.
 #define EXPORT extern "C" __attribute__((visibility("default")))
-using cachalloc::shim::note_per_thread_stream;
-using cachalloc::shim::Slots;
 using cachalloc::shim::config_stream;
+using cachalloc::shim::names_per_thread;
+using cachalloc::shim::names_per_thread_ptsz;
+using cachalloc::shim::note_per_thread_stream;
+using cachalloc::shim::resolve_dl;
+using cachalloc::shim::Slots;
+using cachalloc::shim::WatchedCall;
 
-#define CACHALLOC_FORWARD(slot_expr, PARAMS, ARGS)                        \
-  using Fn = CUresult(*) PARAMS;                                          \
-  void* fn = slot_expr;                                                   \
-  if (fn == nullptr) [[unlikely]] return CUDA_ERROR_NOT_FOUND;            \
-  return reinterpret_cast<Fn>(fn) ARGS
+#include "stream_calls.inc"
 
-#define CACHALLOC_VARIANT(name, WATCH, PARAMS, ARGS)                                                 \
-  static Slots name##_slots;                                                                         \
-  EXPORT CUresult name PARAMS {                                                                      \
-    WATCH;                                                                                           \
-    CACHALLOC_FORWARD(cachalloc::shim::resolve_dl(name##_slots, #name), PARAMS, ARGS);              \
-  }                                                                                                  \
-  static CUresult name##_proc PARAMS {                                                               \
-    WATCH;                                                                                           \
-    CACHALLOC_FORWARD(name##_slots.proc.load(std::memory_order_relaxed), PARAMS, ARGS);             \
-  }
-
-#define CACHALLOC_DEFINE_ASYNC(plain, ptsz, base, version, PARAMS, ARGS, STREAM)                         \
-  CACHALLOC_VARIANT(plain, if (cachalloc::shim::names_per_thread(STREAM)) [[unlikely]] note_per_thread_stream(), \
-                    PARAMS, ARGS)                                                                            \
-  CACHALLOC_VARIANT(ptsz,                                                                                    \
-                    if (cachalloc::shim::names_per_thread_ptsz(STREAM)) [[unlikely]] note_per_thread_stream(),   \
-                    PARAMS, ARGS)
-#define CACHALLOC_DEFINE_SYNC(ptds, base, version, PARAMS, ARGS) \
-  CACHALLOC_VARIANT(ptds, note_per_thread_stream(), PARAMS, ARGS)
-
-CACHALLOC_WATCHED_ASYNC(CACHALLOC_DEFINE_ASYNC)
-CACHALLOC_WATCHED_SYNC(CACHALLOC_DEFINE_SYNC)
-
-// ---- the lookup table ----
+// ---- the lookups ----
 namespace cachalloc::shim {
 namespace {
 
-struct Watched {
-  const char* name;  // exported name
-  const char* base;  // cuGetProcAddress base name
-  int min_version;
-  bool per_thread;   // the _ptsz/_ptds variant
-  void* exported;
-  void* proc;
-  Slots* slots;
+struct ByBase {
+  bool operator()(const WatchedCall& a, const char* b) const { return std::strcmp(a.base, b) < 0; }
+  bool operator()(const char* a, const WatchedCall& b) const { return std::strcmp(a, b.base) < 0; }
 };
 
-#define CACHALLOC_ENTRY_ASYNC(plain, ptsz, base, version, PARAMS, ARGS, STREAM)                                 \
-  {#plain, base, version, false, reinterpret_cast<void*>(&::plain), reinterpret_cast<void*>(&::plain##_proc),  \
-   &::plain##_slots},                                                                                          \
-      {#ptsz, base, version, true, reinterpret_cast<void*>(&::ptsz), reinterpret_cast<void*>(&::ptsz##_proc),  \
-       &::ptsz##_slots},
-#define CACHALLOC_ENTRY_SYNC(ptds, base, version, PARAMS, ARGS) \
-  {#ptds, base, version, true, reinterpret_cast<void*>(&::ptds), reinterpret_cast<void*>(&::ptds##_proc), &::ptds##_slots},
+bool known_base(const char* base) {
+  auto less = [](const char* a, const char* b) { return std::strcmp(a, b) < 0; };
+  return std::binary_search(std::begin(kKnownBases), std::end(kKnownBases), base, less);
+}
 
-const Watched kWatched[] = {CACHALLOC_WATCHED_ASYNC(CACHALLOC_ENTRY_ASYNC) CACHALLOC_WATCHED_SYNC(CACHALLOC_ENTRY_SYNC)};
+// "cuFoo_v2_ptsz" -> base "cuFoo", per-thread.  Returns false when the name
+// is longer than any driver name.
+bool split_symbol(const char* name, char (&base)[128], bool* per_thread) {
+  size_t n = std::strlen(name);
+  if (n >= sizeof base) return false;
+  std::memcpy(base, name, n + 1);
+  *per_thread = n > 5 && (std::strcmp(base + n - 5, "_ptsz") == 0 || std::strcmp(base + n - 5, "_ptds") == 0);
+  if (*per_thread) base[n -= 5] = '\0';
+  size_t i = n;
+  while (i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9') --i;
+  if (i < n && i >= 2 && base[i - 1] == 'v' && base[i - 2] == '_') base[i - 2] = '\0';
+  return true;
+}
 
-}  // namespace
-
-void* watch_wrapper_for_symbol(const char* name) {
-  for (const Watched& w : kWatched)
-    if (std::strcmp(w.name, name) == 0) return w.exported;
+// An entry point whose signature these headers do not know: behind a thunk
+// that notes the per-thread stream on every call; unwrapped, with a
+// warning, where no thunk can be made.
+void* unknown_entry(const char* name, void* answer) {
+  if (void* t = note_thunk_for(answer)) return t;
+  obs::logger().warn("driver entry point {} is newer than cachalloc's CUDA headers and could not be watched for "
+                     "per-thread default streams",
+                     name);
   return nullptr;
 }
 
-void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer) {
-  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  for (const Watched& w : kWatched) {
-    if (w.per_thread != per_thread || cuda_version < w.min_version || std::strcmp(w.base, symbol) != 0) continue;
-    void* expected = nullptr;
-    if (!w.slots->proc.compare_exchange_strong(expected, answer, std::memory_order_acq_rel) && expected != answer)
-      return nullptr;  // another ABI answered first: left alone
-    return w.proc;
-  }
-  return nullptr;
+}  // namespace
+
+void* watch_wrapper_for_symbol(const char* name, void* sym) {
+  for (const WatchedCall& w : kWatchedCalls)
+    if (w.exported != nullptr && std::strcmp(w.exported, name) == 0) return w.exported_fn;
+  char base[128];
+  bool per_thread = false;
+  if (!split_symbol(name, base, &per_thread)) return unknown_entry(name, sym);
+  auto [first, last] = std::equal_range(std::begin(kWatchedCalls), std::end(kWatchedCalls), base, ByBase{});
+  // A known entry point that names no stream in any plain ABI (it may have
+  // a watched _ptds twin): nothing to watch.
+  if (!per_thread && known_base(base) && std::none_of(first, last, [](const WatchedCall& w) { return !w.per_thread; }))
+    return nullptr;
+  // A per-thread variant, or an ABI of a watched call, under a name other
+  // than the current one (an older ABI), or a name these headers lack.
+  return unknown_entry(name, sym);
+}
+
+void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer, bool abi_known) {
+  auto [first, last] = std::equal_range(std::begin(kWatchedCalls), std::end(kWatchedCalls), symbol, ByBase{});
+  if (first == last) return known_base(symbol) ? nullptr : unknown_entry(symbol, answer);
+  if (!abi_known) return unknown_entry(symbol, answer);
+  // The driver answers a per-thread lookup with the per-thread variant where
+  // one exists; the newest ABI at or below the requested version.
+  bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  if (per_thread && std::none_of(first, last, [](const WatchedCall& w) { return w.per_thread; })) per_thread = false;
+  // Only a _ptds twin is watched (cuMemcpyDtoH): the plain ABIs name no stream.
+  if (std::none_of(first, last, [&](const WatchedCall& w) { return w.per_thread == per_thread; })) return nullptr;
+  const WatchedCall* best = nullptr;
+  for (auto it = first; it != last; ++it)
+    if (it->per_thread == per_thread && it->version <= cuda_version && (best == nullptr || it->version > best->version))
+      best = &*it;
+  if (best == nullptr) return unknown_entry(symbol, answer);
+  void* expected = nullptr;
+  if (!best->slots->proc.compare_exchange_strong(expected, answer, std::memory_order_acq_rel) && expected != answer)
+    return unknown_entry(symbol, answer);  // another function answered this ABI before: not ours to type
+  return best->proc_fn;
 }
 
 }  // namespace cachalloc::shim

@@ -11,27 +11,37 @@
 // the lookups alone say nothing), or through either entry point with
 // CU_STREAM_PER_THREAD (CuPy's and numba's per-thread modes, cudaStreamPerThread).
 //
-// So those calls are wrapped — exported (programs linked against libcuda),
-// through the dlsym hook and through cuGetProcAddress — and each wrapper
-// looks at its stream argument before it tail-calls the driver: one or two
-// compares in the common case.  A call that names the per-thread stream
-// notes it in the current context, once per (thread, context), before the
-// call enqueues anything.  Only calls that write device memory are wrapped
-// (kernel and graph launches, copies, memsets, stream memory operations).
+// So every entry point that can name a stream is wrapped — exported
+// (programs linked against libcuda), through the dlsym hook and through
+// cuGetProcAddress — and each wrapper looks at its stream arguments before
+// it calls the driver: one or two compares in the common case.  The list is
+// not written by hand: gen_stream_calls.py derives it at build time from
+// the toolkit's cudaTypedefs.h (every ABI of every entry point with a
+// CUstream or CUlaunchConfig parameter, and every _ptsz/_ptds variant).
+// An entry point those headers do not type (a newer driver's) is handed
+// out behind a thunk that notes the calling thread's per-thread stream on
+// every call (note_thunks.h).  A call that names the per-thread stream notes
+// it in the current context, once per (thread, context), before the call
+// enqueues anything.
 #pragma once
 
 #include "cuda_api.h"
 
 namespace cachalloc::shim {
 
-// The wrapper for an exported watched symbol ("cuLaunchKernel_ptsz"), or nullptr.
-void* watch_wrapper_for_symbol(const char* name);
+// What to hand out for dlsym(libcuda, name) whose driver answer is `sym`:
+// the exported wrapper of a watched call's current ABI; nullptr for an
+// entry point that names no stream; a thunk (note_thunks.h) for any other
+// name (a per-thread variant or an ABI these headers do not type, a name
+// they lack).
+void* watch_wrapper_for_symbol(const char* name, void* sym);
 
-// The wrapper for a cuGetProcAddress lookup of a watched base name whose
-// driver answer is `answer`, or nullptr.  The first answer at a version the
-// wrapper's ABI covers is remembered and the wrapper forwards to it; a later
-// lookup answered with another function (another ABI) is not redirected.
-void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer);
+// The same for a cuGetProcAddress lookup whose driver answer is `answer`.
+// `abi_known`: the answer is an ABI these headers declare (the proc hook
+// checks lookups above the headers' CUDA_VERSION).  The first answer for an
+// ABI is remembered and its wrapper forwards to it; a later lookup answered
+// with another function gets a thunk instead.
+void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer, bool abi_known);
 
 // The calling thread named its per-thread default stream in work for the
 // current context: noted there once per (thread, context).

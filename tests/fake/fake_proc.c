@@ -72,6 +72,22 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t size, CUstream s);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream s);
 CUresult cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle h, unsigned int flags);
+/* fake_more_work.c */
+CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n);
+CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n);
+CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                 CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t nattrs, size_t* fail_idx,
+                                 CUstream s);
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                    CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t nattrs, CUstream s);
+CUresult cuStreamWaitValue32_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams* params, size_t count, unsigned int flags,
+                                        size_t* error_index, CUstream s);
+CUresult cuFutureWork_ptsz(void* a, int b, size_t c, void* d, unsigned e, CUstream s);
+CUresult cuFutureWork(void* a, int b, size_t c, void* d, unsigned e, CUstream s);
+CUresult cuLaunchKernel_v13050(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, CUstream s, void** params, void** extra,
+                               unsigned long long tag);
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuCtxDetach: old, still callable */
 
 /* Base name -> implementation, first match wins: an entry applies from
@@ -131,6 +147,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuStreamWaitEvent", 7000, 1, cuStreamWaitEvent_ptsz),
   PROC("cuStreamWaitEvent", 3020, 0, cuStreamWaitEvent),
   PROC("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
+  PROC("cuLaunchKernel", 13050, 0, cuLaunchKernel_v13050),
   PROC("cuLaunchKernel", 4000, 0, cuLaunchKernel),
   PROC("cuCtxRecordEvent", 12050, 0, cuCtxRecordEvent),
   PROC("cuCtxWaitEvent", 12050, 0, cuCtxWaitEvent),
@@ -174,6 +191,15 @@ static const struct proc_entry proc_table[] = {
   PROC("cuMemcpyPeer", 4000, 0, cuMemcpyPeer),
   PROC("cuMemsetD8", 3020, 0, cuMemsetD8_v2),
   PROC("cuMemsetD32", 3020, 0, cuMemsetD32_v2),
+  PROC("cuMemcpyAtoD", 7000, 1, cuMemcpyAtoD_v2_ptds),
+  PROC("cuMemcpyDtoA", 7000, 1, cuMemcpyDtoA_v2_ptds),
+  PROC("cuMemcpyBatchAsync", 13000, 1, cuMemcpyBatchAsync_v2_ptsz),
+  PROC("cuMemcpyBatchAsync", 12080, 1, cuMemcpyBatchAsync_ptsz),
+  PROC("cuStreamWaitValue32", 11070, 1, cuStreamWaitValue32_v2_ptsz),
+  PROC("cuMemBatchDecompressAsync", 12060, 1, cuMemBatchDecompressAsync_ptsz),
+  PROC("cuLaunchGridAsync", 2000, 0, cuLaunchGridAsync),
+  PROC("cuFutureWork", 13050, 1, cuFutureWork_ptsz),
+  PROC("cuFutureWork", 13050, 0, cuFutureWork),
   PROC("cuGetErrorName", 6000, 0, cuGetErrorName),
   PROC("cuGetErrorString", 6000, 0, cuGetErrorString),
 };

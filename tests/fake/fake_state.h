@@ -233,6 +233,9 @@ FAKE_INTERNAL size_t fake_round_up(size_t n, size_t to);
 /* The stream a handle names: 0 is the legacy stream, or the per-thread
  * one for _ptsz entry points. */
 FAKE_INTERNAL struct CUstream_st* fake_resolve_stream(CUstream s, int ptsz);
+/* Work on stream `s` (a kernel, a copy): counted per stream kind, marked
+ * running on a held stream (fake_streams.c). */
+FAKE_INTERNAL CUresult fake_launch(CUstream s, int ptsz);
 /* An object made in context `c` at `generation` is still usable. */
 FAKE_INTERNAL int fake_ctx_live(const struct CUctx_st* c, unsigned generation);
 /* The calling thread's context can be used (lock held). */

@@ -408,7 +408,7 @@ EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags
 
 /* A kernel launch: nothing runs; counted per stream kind, so that tests see
  * which stream the program's work went to. */
-static CUresult launch(CUstream s, int ptsz) {
+FAKE_INTERNAL CUresult fake_launch(CUstream s, int ptsz) {
   fake_lock();
   struct CUstream_st* st = fake_resolve_stream(s, ptsz);
   CUresult r = stream_dead(st) ? fake_dead_call() : fake_check_current();
@@ -439,12 +439,12 @@ int fake_kernels_in_flight(void) {
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
-  return launch(s, 0);
+  return fake_launch(s, 0);
 }
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
-  return launch(s, 1);
+  return fake_launch(s, 1);
 }
 
 static int event_done(const struct CUevent_st* e) {

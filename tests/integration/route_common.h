@@ -54,6 +54,10 @@ struct cuda_api {
   PFN_cuMemGetAddressRange_v3020 get_address_range;
   PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
   PFN_cuCtxDestroy_v4000 ctx_destroy;
+  /* Any entry point as this route finds it: by base name, cudaVersion and
+   * per-thread flag through cuGetProcAddress, by exported name through
+   * dlsym or the link (watch_behaviours.c). */
+  void* (*entry)(const char* base, int version, int per_thread, const char* exported);
   /* Test controls of the fake driver (never hooked: no "cu" prefix). */
   void (*fake_stats)(struct fake_cuda_stats_t*);
   void (*fake_hold)(CUstream, int);
@@ -85,6 +89,9 @@ typedef int (*behaviour_fn)(void);
 behaviour_fn stream_order_behaviour(const char* name);
 /* The pinned host memory behaviours (host_behaviours.c) by name, or NULL. */
 behaviour_fn host_behaviour(const char* name);
+/* Work on the per-thread stream through every kind of entry point
+ * (watch_behaviours.c), or NULL. */
+behaviour_fn watch_behaviour(const char* name);
 /* The per-thread cache behaviours (thread_cache_behaviours.c), or NULL. */
 behaviour_fn thread_cache_behaviour(const char* name);
 

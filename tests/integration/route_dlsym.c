@@ -14,6 +14,11 @@ static void* get(const char* name) {
   return fn;
 }
 
+static void* entry_by_name(const char* base, int version, int per_thread, const char* exported) {
+  (void)base, (void)version, (void)per_thread;
+  return get(exported);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -57,6 +62,7 @@ int main(int argc, char** argv) {
     .get_address_range = get("cuMemGetAddressRange_v2"),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync_v2"),
     .ctx_destroy = get("cuCtxDestroy_v2"),
+    .entry = entry_by_name,
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))get("fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))get("fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))get("fake_cuda_on_begin_capture"),

@@ -1,6 +1,8 @@
 /* route_linked.c — a program linked against libcuda (-lcuda): the preload
  * comes first in symbol lookup, so the shim's exports answer the calls.
  * Usage: route_linked BEHAVIOUR */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 
 #include "route_common.h"
@@ -10,6 +12,15 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStre
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shmem, CUstream s, void** params, void** extra);
+
+/* A name the program would bind at link time, resolved as the dynamic
+ * linker does (the preloaded library first). */
+static void* entry_as_linked(const char* base, int version, int per_thread, const char* exported) {
+  (void)base, (void)version, (void)per_thread;
+  void* fn = dlsym(RTLD_DEFAULT, exported);
+  if (fn == NULL) fprintf(stderr, "%s is not linkable\n", exported);
+  return fn;
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -49,6 +60,7 @@ int main(int argc, char** argv) {
     .get_address_range = cuMemGetAddressRange_v2,
     .memcpy_htod_async = cuMemcpyHtoDAsync_v2,
     .ctx_destroy = cuCtxDestroy_v2,
+    .entry = entry_as_linked,
     .fake_stats = fake_cuda_stats,
     .fake_hold = fake_cuda_hold_stream,
     .fake_on_begin = fake_cuda_on_begin_capture,

@@ -23,6 +23,11 @@ static void* get(const char* name, int version, cuuint64_t flags) {
   return fn;
 }
 
+static void* entry_by_lookup(const char* base, int version, int per_thread, const char* exported) {
+  (void)exported;
+  return get(base, version, per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+}
+
 /* The lookup functions handed out are cachalloc's, of the right signature. */
 static int check_lookups(void* h, PFN_cuGetProcAddress_v12000 entry, PFN_cuGetProcAddress_v11030 old) {
   void* (*raw)(const char*) = (void* (*)(const char*))dlsym(h, "fake_cuda_lookup_raw");
@@ -100,6 +105,7 @@ int main(int argc, char** argv) {
     .get_address_range = get("cuMemGetAddressRange", 12000, 0),
     .memcpy_htod_async = get("cuMemcpyHtoDAsync", 12000, 0),
     .ctx_destroy = get("cuCtxDestroy", 12000, 0),
+    .entry = entry_by_lookup,
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))dlsym(h, "fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))dlsym(h, "fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))dlsym(h, "fake_cuda_on_begin_capture"),
