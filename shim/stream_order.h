@@ -12,8 +12,8 @@
 // |-----------------------------------------------|--------------------------------------------------------|--------------------|
 // | legacy stream only                            | nothing else noted                                     | reuse at once      |
 // | legacy + one blocking stream (cuBLASLt's)     | the stream's creation (cuStreamCreate hook)            | reuse at once (1)  |
-// | legacy + one thread's per-thread stream       | a watched launch/copy/memset on it (stream_watch.h),   | reuse at once (1)  |
-// |                                               | or a _ptsz / CU_STREAM_PER_THREAD alloc or free        |                    |
+// | legacy + one thread's per-thread stream       | any call naming it (stream_watch.h: every entry point  | reuse at once (1)  |
+// |                                               | with a stream, generated; thunks for newer ones)       |                    |
 // | two blocking streams, in any mix of created   | the second one noted                                   | fence (2)          |
 // | ones and threads' per-thread streams          |                                                        |                    |
 // | any non-blocking stream                       | its creation, or first use in a hooked call            | fence (2)          |
@@ -38,10 +38,25 @@
 // host (a kernel spinning on a flag the program sets later) cannot hang it.
 // During a graph capture that event cannot be recorded: a warning says so.
 //
+// Why reuse at once is safe (the argument a reviewer checks): a plain free
+// is reused at once only while the context is serial.  Work reaches a
+// stream only through a driver entry point.  Every stream the program can
+// use is either (a) created — cuStreamCreate* are hooked on every route —
+// (b) the legacy stream, or (c) a thread's per-thread stream, which the
+// program can only name through an entry point that takes a stream or is a
+// _ptsz/_ptds variant.  Every such entry point the toolkit's headers
+// declare is wrapped on every route (generated from cudaTypedefs.h, so the
+// list cannot miss one of them), and every entry point they do not declare
+// is wrapped by a thunk that assumes the per-thread stream was used.  So
+// the per-thread stream of a thread is noted before its first work is
+// enqueued, and noting ends the single sequence before that work can meet
+// a block reused at once (leave_serial, order_after_serial_work).  What
+// the shim cannot type costs a fence (memory), never an early reuse.
+//
 // Not observed (documented in docs/INTERPOSER.md): streams of green
-// contexts, and per-thread-stream work through calls stream_watch.h does
-// not wrap (host functions, event records and waits, graph uploads, IPC of
-// external semaphores): none of them writes device memory.
+// contexts; names newer than the headers bound at link time by a program
+// linked against libcuda without cudart or dlsym; unknown entry points on
+// architectures other than x86-64 (a warning names each).
 #pragma once
 
 #include <atomic>
