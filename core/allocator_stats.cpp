@@ -71,6 +71,7 @@ DeviceStats AllocatorStats::get() const {
   d.num_thread_cache_locked_allocs = num_thread_cache_locked_allocs;
   d.num_thread_fence_polls_not_ready = num_thread_fence_polls_not_ready;
   d.deferred_free_bytes = deferred_free_bytes;
+  d.capture_held_bytes = capture_held_bytes;
   return d;
 }
 
@@ -83,6 +84,7 @@ void AllocatorStats::for_each_stat(Fn fn) {
   fn(oversize_allocations);
   fn(oversize_segments);
   fn(deferred_free_bytes);
+  fn(capture_held_bytes);
 }
 
 void AllocatorStats::reset_peak() {

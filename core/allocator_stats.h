@@ -125,6 +125,7 @@ struct AllocatorStats {
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
   Stat deferred_free_bytes;
+  Stat capture_held_bytes;  // DeviceStats::capture_held_bytes
 
   // The reuses of a held block (reuse_path.h), per pool (small, large):
   // each adds one to allocation's and active's accumulated counts and its

@@ -33,6 +33,9 @@
 //    of a mapped block may be released (paused[i]: handles[i] == 0, the
 //    block stays mapped in its state); such pages count in no reserved
 //    bytes, and resume maps exactly them again.
+//  * Owner-held blocks (owner_ledger.cpp): allocated, in the live map, not
+//    thread-owned, listed in exactly their owner token's ledger entry, and
+//    their bytes sum to capture_held_bytes.
 #pragma once
 
 #include <cstddef>
@@ -80,6 +83,15 @@ struct alignas(64) Block {
   // Freed by its owner under the fence rule (tc_live false): waiting in its
   // cache for a fence, not in a bin (thread_cache.h, "Fenced frees").
   bool tc_waiting = false;
+  // Owner tokens (owner_ledger.cpp): `owner` is the token of the graph
+  // captures in flight when the block was allocated (0: none); while that
+  // token's ledger entry lives, the program's free holds the block for it
+  // (owner_held) instead of freeing it.  A held block stays allocated for
+  // the core (live map, statistics, pause and resume treat it as live), is
+  // freed for the program (is_live, query), never thread-owned, and listed
+  // in exactly its owner's entry.
+  std::uint64_t owner = 0;
+  bool owner_held = false;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return mapped && !allocated && pending_events == 0 && !retained; }

@@ -73,6 +73,8 @@ void CachingAllocator::drop_block(Block* block) {
   block->in_pool = block->deferred = false;
   block->tc = nullptr;
   block->tc_live = false;
+  block->owner = 0;
+  block->owner_held = false;
   spare_blocks_.push_back(block);
 }
 

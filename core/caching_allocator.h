@@ -223,6 +223,27 @@ class CachingAllocator {
   // the program still holds when the context dies.
   std::vector<DevicePtr> live_block_addresses() const;
 
+  // Owner tokens (owner_ledger.cpp): graph captures own the blocks freed
+  // or allocated while they are in flight, as PyTorch's private pools do,
+  // until every graph and executable graph made from them is gone (the
+  // shim's graph registry, shim/graph_owners.h, issues the tokens).
+  // open_owner: the token's ledger entry exists from now on (idempotent).
+  // hold_for: the program frees live block `ptr` now, but it stays held for
+  // `token` (opened here): kNotOwned / kInvalidValue as free().
+  // mark_owner: live block `ptr` was allocated while `token` was current;
+  // its free, while the entry lives, holds it.  release_owner: the entry
+  // goes; every block held for it is freed behind a fence (graph launches
+  // of any stream may still run), and its marked live blocks are plain
+  // again.  Returns the bytes released.
+  void open_owner(std::uint64_t token);
+  Status hold_for(DevicePtr ptr, std::uint64_t token);
+  Status mark_owner(DevicePtr ptr, std::uint64_t token);
+  std::size_t release_owner(std::uint64_t token);
+  // The live owner token of live block `ptr`, or 0.
+  std::uint64_t owner_of(DevicePtr ptr) const;
+  // Bytes held for owners now.
+  std::size_t owner_held_bytes() const;
+
   // Completes pending events by waiting, then returns every whole free
   // segment to the device.
   void empty_cache();
@@ -338,6 +359,8 @@ class CachingAllocator {
   void free_segment(Segment* seg);
   void release_if_idle(Segment* seg);
   void retain(Block* block);
+  bool hold_for_owner_locked(Block* block);  // owner_ledger.cpp
+  void check_owners() const;                 // validate.cpp
   bool release_one_cached(std::size_t size);
   void release_all_cached();
   void collect_garbage();
@@ -589,6 +612,10 @@ class CachingAllocator {
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;
+  // Owner tokens' ledger (owner_ledger.cpp): per open token, the blocks held
+  // for it (Block::owner_held), each listed once; their bytes are
+  // stats_.capture_held_bytes.current.  Checked by validate().
+  std::unordered_map<std::uint64_t, std::vector<Block*>> owners_;
   bool accumulated_reset_ = false;  // validate() can check allocated - freed == current until then
 };
 

@@ -23,6 +23,15 @@ namespace cachalloc {
   // not take): a plain live block from now on, or a double free.
   if (block != nullptr && block->tc != nullptr) [[unlikely]]
     if ((block = detach(block)) == nullptr) *st = kInvalidValue;
+  // Owned by a capture's token (owner_ledger.cpp): held for it, or freed
+  // before (a double free), or its owner is gone and it is freed as usual.
+  if (block != nullptr && block->owner != 0) [[unlikely]] {
+    if (block->owner_held) {
+      *st = kInvalidValue;
+      return nullptr;
+    }
+    if (hold_for_owner_locked(block)) return nullptr;
+  }
   return block;
 }
 

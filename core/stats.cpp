@@ -22,6 +22,7 @@ void for_each_array(DeviceStats& s, Fn fn) {
   fn(s.oversize_allocations);
   fn(s.oversize_segments);
   fn(s.deferred_free_bytes);
+  fn(s.capture_held_bytes);
 }
 
 void add_stat(std::vector<std::pair<std::string, std::int64_t>>& out, const std::string& prefix, const Stat& s) {
@@ -74,6 +75,7 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_thread_cache_locked_allocs", s.num_thread_cache_locked_allocs);
   out.emplace_back("num_thread_fence_polls_not_ready", s.num_thread_fence_polls_not_ready);
   add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);
+  add_stat(out, "capture_held_bytes", s.capture_held_bytes);
   return out;
 }
 

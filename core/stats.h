@@ -95,6 +95,9 @@ struct DeviceStats {
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
   Stat deferred_free_bytes;
+  // Bytes the program freed that graph captures still hold (owner_ledger.cpp):
+  // counted as allocated too, since the graphs still use them.
+  Stat capture_held_bytes;
 
   void reset_peak();
   void reset_accumulated();

@@ -137,7 +137,8 @@ void CachingAllocator::reserve_ids(ThreadCache* tc) {
 bool CachingAllocator::adoptable(const Block* block) const {
   const Segment* seg = block->segment;
   return seg->small && !seg->expandable && block->size <= ThreadCache::kMaxBlock &&
-         block->size < config_.max_split_size && !block->exported && block->stream_uses.empty();
+         block->size < config_.max_split_size && !block->exported && block->stream_uses.empty() &&
+         block->owner == 0;
 }
 
 bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
@@ -402,7 +403,7 @@ void CachingAllocator::unlock_thread_caches() const {
 // Whether the program holds `b` (allocated for the core); the allocator's
 // lock held.
 bool CachingAllocator::program_live(const Block* b) const {
-  if (!b->allocated) return false;
+  if (!b->allocated || b->owner_held) return false;
   if (b->tc == nullptr) [[likely]] return true;
   std::lock_guard tl(b->tc->mutex);
   return b->tc_live;

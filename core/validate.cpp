@@ -319,6 +319,7 @@ void CachingAllocator::validate() const {
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);
   check(tc_seen == tc_owned, "thread-owned blocks disagree with the thread caches", 0);
+  check_owners();
   check(live_.size() ==
             static_cast<std::size_t>(rc.s.allocation[StatType::aggregate].current) + (held_ != nullptr) + tc_cached,
         "live map holds a block of no segment", 0);
@@ -385,6 +386,30 @@ void CachingAllocator::validate() const {
       if (!accumulated_reset_)
         check(st.allocated - st.freed == st.current, "allocated - freed differs from current", 0);
     }
+}
+
+// The owner ledger (owner_ledger.cpp): every held block allocated, in the
+// live map, not thread-owned, owned by and listed once in exactly its
+// token's entry; the entries' bytes are capture_held_bytes; nothing else is
+// held.
+void CachingAllocator::check_owners() const {
+  std::size_t listed = 0, bytes = 0;
+  std::unordered_map<const Block*, int> seen;
+  for (const auto& [token, blocks] : owners_)
+    for (const Block* b : blocks) {
+      check(b->owner_held && b->owner == token, "ledger lists a block not held for its token", b->ptr);
+      check(b->allocated && b->tc == nullptr && live_.find(b->ptr) == b, "held block not allocated and live",
+            b->ptr);
+      check(++seen[b] == 1, "held block listed twice", b->ptr);
+      ++listed;
+      bytes += b->size;
+    }
+  check(static_cast<std::int64_t>(bytes) == stats_.capture_held_bytes.current,
+        "capture_held_bytes disagrees with the ledger", 0);
+  std::size_t held = 0;
+  for (const auto& [base, seg] : segments_)
+    for (const Block* b = seg->head; b != nullptr; b = b->next) held += b->owner_held ? 1 : 0;
+  check(held == listed, "a held block is in no ledger entry", 0);
 }
 
 }  // namespace cachalloc

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context_registry.h"
 #include "real_driver.h"
 #include "stream_ids.h"
 
@@ -18,8 +19,23 @@ namespace {
 
 struct Capture {
   StreamId stream;
-  bool strict;  // global or thread-local mode
+  bool strict;     // global or thread-local mode
+  CUcontext ctx;   // the stream's context (else the current one at the begin)
 };
+
+// The context `stream` runs in, asked before the real begin (the stream is
+// not capturing yet): its own for a created stream, else the current one.
+CUcontext context_of_capture(CUstream stream) {
+  const RealDriver* d = real_driver();
+  CUcontext ctx = nullptr;
+  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD &&
+      d->cuStreamGetCtx != nullptr && d->cuStreamGetCtx(stream, &ctx) == CUDA_SUCCESS && ctx != nullptr)
+    return ctx;
+  if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) return nullptr;
+  return ctx;
+}
+
+int count_in_context_locked(CUcontext ctx);
 
 std::atomic<int> g_strict{0};
 
@@ -42,8 +58,11 @@ std::shared_mutex& capture_gate() {
 
 void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode) {
   const bool strict = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+  const CUcontext ctx = context_of_capture(stream);
   std::lock_guard lock(captures_mutex());
-  captures().push_back({stream_id(stream, ptsz), strict});
+  if (ctx != nullptr && count_in_context_locked(ctx) == 0)
+    if (ContextState* state = live_state_of(ctx)) state->capture_beginning(g_strict.load() != 0);
+  captures().push_back({stream_id(stream, ptsz), strict, ctx});
   g_captures.fetch_add(1, std::memory_order_relaxed);
   if (strict) g_strict.fetch_add(1, std::memory_order_relaxed);
 }
@@ -64,7 +83,24 @@ void capture_abandoned(CUstream stream, bool ptsz) {
   if (it == v.end()) return;
   if (it->strict) g_strict.fetch_sub(1, std::memory_order_relaxed);
   g_captures.fetch_sub(1, std::memory_order_relaxed);
+  const CUcontext ctx = it->ctx;
   v.erase(it);
+  if (ctx != nullptr && count_in_context_locked(ctx) == 0)
+    if (ContextState* state = live_state_of(ctx)) state->captures_ended();
+}
+
+namespace {
+int count_in_context_locked(CUcontext ctx) {
+  int n = 0;
+  for (const Capture& c : captures()) n += c.ctx == ctx ? 1 : 0;
+  return n;
+}
+}  // namespace
+
+int captures_in_context(CUcontext ctx) {
+  if (!capture_in_flight()) [[likely]] return 0;
+  std::lock_guard lock(captures_mutex());
+  return count_in_context_locked(ctx);
 }
 
 bool stream_is_capturing_now(CUstream s, bool ptsz) {

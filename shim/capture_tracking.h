@@ -12,6 +12,12 @@
 // backend asks strict_capture_in_flight() before querying events: pending
 // frees then simply wait until the capture ends.
 //
+// Captures are also counted per context (the stream's, else the current
+// one): where a decision concerns one context (whether its legacy stream
+// may be recorded on, stream_order.h), a capture of another thread or
+// device must not decide it.  The first capture in flight in a context
+// lets that context record its capture-begin event (stream_order.h, (3)).
+//
 // A capture is counted *before* the real begin, under the gate below held
 // exclusively: a call the capture would forbid, made by another thread,
 // either completes before the capture begins or sees it counted.  Such
@@ -48,6 +54,8 @@ bool stream_is_capturing_now(CUstream stream, bool ptsz);
   if (!capture_in_flight()) [[likely]] return false;
   return stream_is_capturing_now(stream, ptsz);
 }
+// Captures in flight whose stream belongs to `ctx`.
+int captures_in_context(CUcontext ctx);
 // Whether a global- or thread-local-mode capture is in flight.
 bool strict_capture_in_flight();
 

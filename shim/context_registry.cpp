@@ -103,7 +103,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
       index_(index),
       free_sync_(cfg.free_sync),
       backend_(driver, device, cfg.expandable_segments_handle_type),
-      order_(&backend_, cfg.free_sync, device) {
+      order_(&backend_, cfg.free_sync, device, ctx) {
   backend_.set_streams(&order_.nonblocking());
   backend_.set_context(ctx);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);

@@ -51,8 +51,9 @@ constinit thread_local NotedUse t_noted;
 [[gnu::noinline]] void note_use_now(ContextState* ctx, StreamId id, std::uint64_t generation) {
   // While a capture is in flight even a cuStreamGetFlags on the capturing
   // stream invalidates a thread-local capture (seen on the H200): note the
-  // stream on a later call instead.
-  if (capture_in_flight()) [[unlikely]] return;
+  // stream on a later call instead.  A per-thread stream needs no query
+  // (it is blocking), so it is noted now (stream_order.h, note (3)).
+  if (capture_in_flight() && !is_per_thread_id(id)) [[unlikely]] return;
   ctx->note_stream(id, is_nonblocking(id));
   t_noted = {ctx, id, generation};
 }

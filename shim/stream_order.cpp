@@ -39,13 +39,34 @@ void StreamOrder::leave_serial(StreamId id, bool non_blocking) {
 // work enqueued so far on every blocking stream.  False when it could not
 // be recorded: then the device is synchronized instead (the old, blocking
 // way), or, during a capture, nothing can be done and a warning says so.
+// During a capture in this context the capture-begin event stands in for
+// it (header, (3)): every block reusable at once was freed before it.
+// Called with serial_mutex_ held; the capture gate is taken here, after it
+// (the begin hook takes the gate, then capture_mutex_ only).
 bool StreamOrder::record_serial_end() {
   std::shared_lock gate(capture_gate());
-  if (capture_in_flight()) [[unlikely]] {
+  if (captures_in_context(ctx_) != 0) [[unlikely]] {
+    std::lock_guard lock(capture_mutex_);
+    if (capture_begin_ != 0) {
+      serial_end_ = capture_begin_;
+      capture_begin_ = 0;
+      serial_end_pending_.store(true, std::memory_order_release);
+      return true;
+    }
     obs::logger().warn(
-        "device {}: a second stream appeared during a graph capture; blocks freed before it may be reused "
-        "while earlier work still runs (create streams before capturing, or set free_sync:fence)",
+        "device {}: a second stream appeared during a graph capture begun while another capture was in flight; "
+        "blocks freed before it may be reused while earlier work still runs (create streams before capturing, or "
+        "set free_sync:fence)",
         device_);
+    return false;
+  }
+  // A strict capture of another context: a record on the legacy stream
+  // might break it (the fake driver says so; the driver's rule is not
+  // documented per context).
+  if (strict_capture_in_flight()) [[unlikely]] {
+    obs::logger().warn("device {}: a second stream appeared during another context's strict graph capture; blocks "
+                       "freed before it may be reused while earlier work still runs",
+                       device_);
     return false;
   }
   EventId event = 0;
@@ -66,7 +87,11 @@ bool StreamOrder::record_serial_end() {
 
 // Makes `id` wait for the serial-end event, until that event completes.
 // The stream is named from the calling thread, which is the one noting it
-// (a per-thread stream is only ever noted by its own thread).
+// (a per-thread stream is only ever noted by its own thread).  The query
+// answers "not ready" during a strict capture (CudaBackend::event_query);
+// a stream that is itself capturing does not wait (an event recorded
+// outside its capture would join or break it): its work runs when the
+// graph is launched, long after.
 void StreamOrder::order_after_serial_work(StreamId id) {
   std::lock_guard lock(serial_mutex_);
   if (serial_end_ == 0) return;
@@ -76,8 +101,32 @@ void StreamOrder::order_after_serial_work(StreamId id) {
     serial_end_pending_.store(false, std::memory_order_release);
     return;
   }
-  if (backend_->stream_wait_event(id, serial_end_) != kSuccess && backend_->synchronize_device() != kSuccess)
-    obs::logger().warn("device {}: stream {:#x} could not be ordered after the work before it", device_, id);
+  CUstream s = nullptr;
+  if (capture_in_flight() && to_cu_stream(id, &s) && stream_is_capturing_now(s, false)) return;
+  if (backend_->stream_wait_event(id, serial_end_) == kSuccess) return;
+  if (!capture_in_flight() && backend_->synchronize_device() == kSuccess) return;
+  obs::logger().warn("device {}: stream {:#x} could not be ordered after the work before it", device_, id);
+}
+
+void StreamOrder::capture_beginning(bool strict_elsewhere) {
+  std::lock_guard lock(capture_mutex_);
+  if (capture_begin_ != 0 || strict_elsewhere || policy_ != FreeSync::automatic ||
+      !serial_.load(std::memory_order_acquire))
+    return;
+  EventId event = 0;
+  if (backend_->event_create(&event) != kSuccess) return;
+  if (backend_->event_record(event, kLegacyStreamId) != kSuccess) {
+    backend_->event_destroy(event);
+    return;
+  }
+  capture_begin_ = event;
+}
+
+void StreamOrder::captures_ended() {
+  std::lock_guard lock(capture_mutex_);
+  if (capture_begin_ == 0) return;
+  backend_->event_destroy(capture_begin_);
+  capture_begin_ = 0;
 }
 
 // Once per context: from here on plain frees wait for fences, which costs

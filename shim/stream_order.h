@@ -19,7 +19,9 @@
 // | any non-blocking stream                       | its creation, or first use in a hooked call            | fence (2)          |
 // | a stream of another context                   | cuStreamGetCtx: noted in its own context only          | its context's rule |
 // | a stream destroyed                            | the destroy hook, in the stream's own context          | blocks cached on it wait for its work |
-// | a graph capture in flight                     | the begin/end hooks (counted before the real begin)    | deferred until it ends |
+// | a graph capture in flight                     | the begin/end hooks (counted before the real begin,    | held for the graph (3) |
+// |                                               | per context: capture_tracking.h)                        |                    |
+// | a stream first noted during a capture         | as above (per-thread streams included: stream_watch.h) | fence (2), ordered after the capture-begin event (3) |
 //
 // (1) The legacy stream synchronizes with every blocking stream both ways,
 //     so work on it and on one blocking stream runs in one sequence.  A
@@ -28,6 +30,20 @@
 //     (cuCtxRecordEvent), or where the driver lacks it one event on the
 //     legacy stream (ordered after every blocking stream, per-thread ones
 //     included) plus one on each busy non-blocking stream (cuda_backend.cpp).
+// (3) Once frees during a capture are held for the capture's graphs (issue
+//     34 item 2: core/owner_ledger.cpp; the shim's graph registry is NOT
+//     wired yet on this branch), every block reusable at once was freed
+//     before the earliest capture in flight in this context began.  Until
+//     then a plain free during a relaxed capture in a serial context is
+//     still reused at once, and a stream noted later in the capture is
+//     ordered only after work enqueued before the begin.  At that
+//     begin (the hook runs before the real begin, under the capture gate),
+//     while the context is serial and no other capture is in flight in it
+//     and no strict capture anywhere, an event is recorded on the legacy
+//     stream: it covers the last uses of all those blocks.  A stream noted
+//     while a capture is in flight in the context (where recording on the
+//     legacy stream or cuCtxRecordEvent is forbidden) leaves the sequence as
+//     any other and waits for that event instead of a new one.
 //
 // Leaving the single sequence: blocks freed before it were reusable at
 // once and may already be cached for reuse.  The stream that ends the
@@ -36,7 +52,9 @@
 // on the legacy stream at that moment: nothing it runs can overlap work
 // enqueued before.  No host synchronization, so work that waits on the
 // host (a kernel spinning on a flag the program sets later) cannot hang it.
-// During a graph capture that event cannot be recorded: a warning says so.
+// During a graph capture in this context that event cannot be recorded:
+// the capture-begin event (3) stands in for it; a warning says so only if
+// there is none (a strict capture elsewhere was in flight at the begin).
 //
 // Why reuse at once is safe (the argument a reviewer checks): a plain free
 // is reused at once only while the context is serial.  Work reaches a
@@ -71,8 +89,8 @@ namespace cachalloc::shim {
 
 class StreamOrder {
  public:
-  StreamOrder(CudaBackend* backend, FreeSync policy, int device)
-      : backend_(backend), policy_(policy), device_(device) {}
+  StreamOrder(CudaBackend* backend, FreeSync policy, int device, CUcontext ctx)
+      : backend_(backend), policy_(policy), device_(device), ctx_(ctx) {}
 
   // A stream created in, or first used with, this context (never the legacy
   // stream).  Called before the stream runs anything the shim knows of.
@@ -83,6 +101,15 @@ class StreamOrder {
   }
   // Before the real cuStreamDestroy (waits for a fence recording on it).
   void forget_stream(StreamId id) { nonblocking_.remove(id); }
+
+  // A capture is about to begin in this context, and none other is in
+  // flight here (capture_tracking.cpp, the capture gate held exclusively,
+  // before the real begin).  `strict_elsewhere`: a global or thread-local
+  // capture is in flight in the process, which a record on the legacy
+  // stream could break.  Records the capture-begin event (3).
+  void capture_beginning(bool strict_elsewhere);
+  // The last capture in flight in this context ended.
+  void captures_ended();
 
   // True once two streams were seen that the driver does not order with
   // each other (the table above).  Read on every free (seq_cst: see
@@ -99,6 +126,7 @@ class StreamOrder {
   CudaBackend* backend_;
   FreeSync policy_;
   int device_;
+  CUcontext ctx_;
   StreamSet nonblocking_;  // live non-blocking streams
   std::atomic<bool> multi_stream_{false};
   // Guards the rest.  leave_serial holds it while it records the
@@ -112,6 +140,13 @@ class StreamOrder {
   // it completes: streams noted meanwhile wait for it.
   EventId serial_end_ = 0;
   std::atomic<bool> serial_end_pending_{false};
+  // (3): the event recorded on the legacy stream when the first capture in
+  // flight in this context began, while serial; 0 when none.  Consumed as
+  // serial_end_ by a stream noted during the capture, destroyed once no
+  // capture is in flight here.  Under capture_mutex_, a leaf lock (taken
+  // under the capture gate, and under serial_mutex_ then the gate).
+  std::mutex capture_mutex_;
+  EventId capture_begin_ = 0;
 };
 
 }  // namespace cachalloc::shim

@@ -66,9 +66,9 @@ void note_per_thread_stream() noexcept {
     if (ctx == nullptr) return;
     static constinit thread_local ContextState* t_noted = nullptr;
     if (t_noted == ctx) [[likely]] return;
-    // A query or an event record on the legacy stream now could join or
-    // invalidate the capture: noted on a later call instead.
-    if (capture_in_flight()) [[unlikely]] return;
+    // Noted now, even during a capture: nothing may note it later.  During
+    // a capture in this context the noting records nothing on the legacy
+    // stream and queries nothing (stream_order.h, note (3)).
     t_noted = ctx;
     g_noted.fetch_add(1, std::memory_order_relaxed);
     ctx->note_stream(per_thread_stream_id(), /*non_blocking=*/false);

@@ -341,6 +341,79 @@ static int join_orders_later_work(void) {
   return 0;
 }
 
+/* Issue 34, item 1a.  One blocking stream s, captured in relaxed mode,
+ * while the thread launches on its per-thread stream P for the first time.
+ * P must be noted then (nothing notes it later): the context leaves the
+ * single sequence, so a plain free is not handed out at once while P's
+ * kernel still reads the block.  And P waits, on the device, for the work
+ * enqueued before the capture began (r's last use on s), through the event
+ * the begin hook recorded on the legacy stream: no legacy record and no
+ * context-wide record happen during the capture. */
+static int ptsz_launch_during_capture(void) {
+  CUstream s;
+  CUgraph g;
+  CUevent e;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s, 0)); /* the one blocking stream: still one sequence */
+  CHECK_CU(A->mem_alloc(&r, MiB));
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  A->fake_hold(s, 1); /* r's last use still runs on s */
+  CHECK_CU(A->mem_free(r)); /* one sequence: reusable at once */
+  CHECK_CU(A->begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  const unsigned long waits = stats().stream_wait_event, ctx_records = stats().ctx_record_event;
+  CHECK_CU(launch_per_thread(1)); /* P reads p */
+  CHECK(stats().stream_wait_event == waits + 1); /* P waits for the capture-begin event */
+  CHECK(stats().ctx_record_event == ctx_records);
+  CHECK_CU(A->event_create(&e, 0));
+  CHECK_CU(A->event_record(e, CU_STREAM_PER_THREAD));
+  CHECK(A->event_query(e) == CUDA_ERROR_NOT_READY); /* P runs after r's last use */
+  A->fake_hold(s, 0);
+  CHECK_CU(A->event_query(e));
+  A->fake_hold(CU_STREAM_PER_THREAD, 1); /* P's kernel still reads p */
+  CHECK_CU(A->end_capture(s, &g));
+  CHECK(stats().capture_invalidations == 0);
+  const unsigned long event_waits = stats().event_sync, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p || stats().event_sync > event_waits || stats().ctx_sync > syncs);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* A capture in another context (on its own stream, relaxed) does not stop
+ * this context from noting its per-thread stream: beside this context's
+ * one blocking stream it ends the single sequence. */
+static int ptsz_launch_during_other_context_capture(void) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext other;
+  CUstream s, t;
+  CUgraph g;
+  CUdeviceptr p = 0, q = 0;
+  CHECK(create != NULL);
+  CHECK_CU(create(&other, 0, 0)); /* current now */
+  CHECK_CU(A->stream_create(&t, 0));
+  CHECK_CU(A->begin_capture(t, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  CHECK_CU(A->stream_create(&s, 0)); /* this context's one blocking stream */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(launch_per_thread(1)); /* P reads p */
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  const unsigned long event_waits = stats().event_sync, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p || stats().event_sync > event_waits || stats().ctx_sync > syncs);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->ctx_set_current(other));
+  CHECK_CU(A->end_capture(t, &g));
+  CHECK(stats().capture_invalidations == 0);
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
 static const struct {
   const char* name;
   behaviour_fn run;
@@ -348,6 +421,8 @@ static const struct {
   {"join_orders_later_work", join_orders_later_work},
   {"fence_context_wide", fence_context_wide},
   {"capture_begin_window", capture_begin_window},
+  {"ptsz_launch_during_capture", ptsz_launch_during_capture},
+  {"ptsz_launch_during_other_context_capture", ptsz_launch_during_other_context_capture},
   {"ptsz_launch_beside_blocking", ptsz_launch_beside_blocking},
   {"per_thread_handle_beside_blocking", per_thread_handle_beside_blocking},
   {"ptsz_launch_two_threads", ptsz_launch_two_threads},
