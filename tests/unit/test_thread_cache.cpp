@@ -203,6 +203,29 @@ TEST_CASE("a size bin led by five or more blocks of other streams never hands on
   }
 }
 
+// A destroyed stream's handle may come back for a stream created later,
+// which would reuse "in stream order" what the old one freed while its last
+// work still runs (DESIGN.md, retire_stream).  A block the thread's cache
+// holds for the old stream waits for that work like a pooled one.
+TEST_CASE("a retired stream's blocks in a thread's cache wait for its last work") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  REQUIRE(f.alloc->retire_stream(kS) == kSuccess);
+  f.alloc->validate();
+  // A new stream with the old handle: not the block, by the cache or the core.
+  DevicePtr q = 0;
+  if (f.alloc->malloc_cached(&q, 512, kS)) CHECK(q != p);
+  f.alloc->validate();
+  const DevicePtr r = f.malloc(512, kS);
+  CHECK(r != p);
+  // Once the old stream's work is done (its event), the block is reusable.
+  f.backend.complete_events_on(kS);
+  bool reused = false;
+  for (int i = 0; i < 8192 && !reused; ++i) reused = f.malloc(512, kS) == p;  // (best fit may pick r's segment first)
+  CHECK(reused);
+}
+
 TEST_CASE("record_stream and export turn a handed-out block into a plain one") {
   AllocFixture f;
   const DevicePtr p = f.malloc(512, kS);
