@@ -15,11 +15,16 @@
 // (through an event, a fence or a synchronization the allocator could see)
 // that work enqueued before some moment completed: stream_done_after() and
 // device_done_after(), the oracle of the reuse-safety checks.
+//
+// Backup copies (copy_to_host_async / copy_to_device_async) are
+// asynchronous as on a GPU: they move their bytes at copy_synchronize() or
+// a device synchronization, and releasing either side before that throws.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -238,6 +243,7 @@ class FakeBackend final : public DeviceBackend {
     if (fault()) return 999;
     ++device_syncs;
     work_in_flight_ = false;
+    drain_copies();  // cuCtxSynchronize waits for the copy stream too
     device_synced_at_ = ++clock_;
     complete_all_events();
     return kSuccess;
@@ -314,6 +320,9 @@ class FakeBackend final : public DeviceBackend {
     if (fault()) return 999;
     if (work_in_flight_ && !device_done_after(launched_at_))
       throw std::logic_error("FakeBackend: vm_unmap while kernels may still use the pages");
+    for (const Copy& c : in_flight_)
+      if (c.dev < at + size && at < c.dev + c.n)
+        throw std::logic_error("FakeBackend: vm_unmap of pages a copy in flight still uses (no copy_synchronize before)");
     std::erase_if(ranged_launches_, [&](const RangedLaunch& l) { return device_done_after(l.at); });
     for (const RangedLaunch& l : ranged_launches_)
       if (l.ptr < at + size && at < l.ptr + l.bytes)
@@ -385,26 +394,47 @@ class FakeBackend final : public DeviceBackend {
     return kSuccess;
   }
   void host_free(void* p) override {
+    check_no_copy_on_host(p, host_sizes_.count(p) != 0 ? host_sizes_.at(p) : 1, "host_free of a buffer");
     delete[] static_cast<unsigned char*>(p);
     --live_host_;
     live_host_bytes_ -= host_sizes_.at(p);
     host_sizes_.erase(p);
   }
+  // Copies are asynchronous, as on a GPU: a copy is queued and moves its
+  // bytes only when copy_synchronize() (or a device synchronization) waits
+  // for it.  Until then the destination holds its old bytes, and anything
+  // that would pull memory from under a copy in flight throws: unmapping
+  // device pages it reads or writes, freeing its host buffer, writing its
+  // host destination to a file or reading a file into its host source.
+  // So code that releases pages before the backup copy finished, or reads
+  // a backup that is not there yet, fails here as it would corrupt data on
+  // a GPU.  Default on: correct code waits before it touches either side;
+  // set_async_copies(false) gives the old immediate copies.
+  void set_async_copies(bool on) {
+    if (!on) drain_copies();
+    async_copies_ = on;
+  }
+  std::size_t copies_in_flight() const { return in_flight_.size(); }
   Status copy_to_host_async(void* dst, DevicePtr src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
     ops += 'H';
-    read(src, dst, n);
+    if (async_copies_) in_flight_.push_back({true, dst, src, n});
+    else read(src, dst, n);
     return kSuccess;
   }
   Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t n) override {
     if (fault()) return 999;
     ++copies;
     ops += 'D';
-    write(dst, src, n);
+    if (async_copies_) in_flight_.push_back({false, const_cast<void*>(src), dst, n});
+    else write(dst, src, n);
     return kSuccess;
   }
+  // The copies complete whether or not the wait reports an error (a failed
+  // cuStreamSynchronize leaves no copy running that the caller must chase).
   Status copy_synchronize() override {
+    drain_copies();
     if (fault()) return 999;
     ops += 'S';
     return kSuccess;
@@ -435,6 +465,7 @@ class FakeBackend final : public DeviceBackend {
   Status file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why) override {
     if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: write to a file not open");
     if (fault() || (fail_write_at_ >= 0 && fail_write_at_-- == 0)) return injected(why, "write: No space left on device (injected)");
+    check_no_copy_on_host(src, size, "file_write from a buffer");
     ++file_writes;
     ops += 'W';
     file_bytes_written += size;
@@ -443,6 +474,7 @@ class FakeBackend final : public DeviceBackend {
   Status file_read(int fd, void* dst, std::size_t size, std::uint64_t offset, std::string* why) override {
     if (open_files_.count(fd) == 0) throw std::logic_error("FakeBackend: read from a file not open");
     if (fault() || (fail_read_at_ >= 0 && fail_read_at_-- == 0)) return injected(why, "read: Input/output error (injected)");
+    check_no_copy_on_host(dst, size, "file_read into a buffer");
     ++file_reads;
     ops += 'R';
     return DeviceBackend::file_read(fd, dst, size, offset, why);
@@ -530,6 +562,36 @@ class FakeBackend final : public DeviceBackend {
     if (why != nullptr) *why = std::string("backup file ") + what;
     return kOperatingSystem;
   }
+  // A copy in flight (async_copies_): host <-> [dev, dev+n).
+  struct Copy {
+    bool to_host;
+    void* host;
+    DevicePtr dev;
+    std::size_t n;
+  };
+  void drain_copies() {
+    std::vector<Copy> todo;
+    todo.swap(in_flight_);
+    for (const Copy& c : todo)
+      if (c.to_host) read(c.dev, c.host, c.n);
+      else write(c.dev, c.host, c.n);
+  }
+  // (While a failed test unwinds, its fixture's destructors free host
+  // buffers: the copies in flight are then dropped, so the first failure
+  // is reported instead of std::terminate.)
+  void check_no_copy_on_host(const void* p, std::size_t n, const char* what) {
+    if (std::uncaught_exceptions() > 0) {
+      in_flight_.clear();
+      return;
+    }
+    const auto* lo = static_cast<const unsigned char*>(p);
+    for (const Copy& c : in_flight_) {
+      const auto* h = static_cast<const unsigned char*>(c.host);
+      if (h < lo + n && lo < h + c.n)
+        throw std::logic_error(std::string("FakeBackend: ") + what + " a copy in flight still uses (no copy_synchronize before)");
+    }
+  }
+
   bool fault() {
     const bool hit = fault_at_ >= 0 && calls_seen_ == fault_at_;
     ++calls_seen_;
@@ -571,6 +633,8 @@ class FakeBackend final : public DeviceBackend {
     }
   }
 
+  bool async_copies_ = true;
+  std::vector<Copy> in_flight_;
   int fault_at_ = -1;
   int calls_seen_ = 0;
   bool fault_fired_ = false;

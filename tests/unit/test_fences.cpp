@@ -391,6 +391,52 @@ TEST_CASE("a small miss joins only once 20 frees wait") {
   CHECK(f.backend.fence_joins == 1);
 }
 
+// The boundary of the rule above, on a real miss each time: the small
+// segment is full (32 blocks of 64 KiB), so the request must grow or join.
+TEST_CASE("a small miss with fence_join_frees - 1 frees waiting grows; with fence_join_frees it joins") {
+  for (bool enough : {false, true}) {
+    INFO((enough ? "20" : "19") << " frees waiting");
+    JoinFixture f;
+    REQUIRE(f.alloc->config().fence_join_frees == 20);
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 32; ++i) blocks.push_back(f.checked_malloc(64 * 1024));
+    REQUIRE(f.backend.alloc_calls == 1);  // one full 2 MiB segment
+    const int waiting = enough ? 20 : 19;
+    for (int i = 0; i < waiting; ++i) f.defer(blocks[static_cast<std::size_t>(i)], 64 * 1024);
+    const DevicePtr p = f.checked_malloc(64 * 1024);
+    if (enough) {
+      CHECK(f.backend.fence_joins == 1);
+      CHECK(f.backend.alloc_calls == 1);  // served by a joined block
+      CHECK(std::find(blocks.begin(), blocks.end(), p) != blocks.end());
+    } else {
+      CHECK(f.backend.fence_joins == 0);  // two driver calls for 19 frees: more than 0.1 a free
+      CHECK(f.backend.alloc_calls == 2);
+      CHECK(std::find(blocks.begin(), blocks.end(), p) == blocks.end());
+    }
+  }
+}
+
+// A fence recorded before a capture began cannot be joined during it
+// (cuCtxWaitEvent is refused, the fake's refuse_fences): its blocks must
+// wait for the fence itself, however the miss is then served.
+TEST_CASE("a join refused after the fence was recorded hands none of its blocks out early") {
+  JoinFixture f;
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(f.checked_malloc(12 * MiB));
+  const DevicePtr keep = f.checked_malloc(200 * MiB);  // more allocated than waits: no host wait for the fence
+  for (DevicePtr p : blocks) f.defer(p, 12 * MiB);
+  f.alloc->reclaim();  // behind one fence, not complete (the side stream is busy)
+  REQUIRE(f.backend.fence_records == 1);
+  f.backend.refuse_fences(true);  // a capture begins
+  const DevicePtr p = f.checked_malloc(12 * MiB);  // the oracle: not one of them before the fence completed
+  CHECK(f.backend.fence_joins == 0);
+  CHECK(std::find(blocks.begin(), blocks.end(), p) == blocks.end());
+  f.backend.refuse_fences(false);
+  CHECK(std::find(blocks.begin(), blocks.end(), f.checked_malloc(12 * MiB)) != blocks.end());  // joined now
+  CHECK(f.backend.fence_joins == 1);
+  f.free(keep);
+}
+
 TEST_CASE("no join during a capture, nor with fence_join:false, nor where the device cannot") {
   SECTION("capture: fences refused, the miss grows, nothing is reused early") {
     JoinFixture f;

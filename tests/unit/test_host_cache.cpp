@@ -378,6 +378,32 @@ TEST_CASE("statistics follow PyTorch's host_memory_stats", "[host]") {
   check_valid(c);
 }
 
+// The flat table (stats dumps, cachalloc.host_memory_stats()) names each
+// counter with its own value: waiting and cached bytes part once a fence
+// completed.
+TEST_CASE("the flat statistics table carries each counter under its own name", "[host]") {
+  FakeHost h;
+  HostCache c(&h, 1 << 30);
+  void* a = alloc(c, 1000);
+  void* b = alloc(c, 5000);
+  REQUIRE(c.free(a) == kSuccess);
+  c.reclaim();  // a's fence completes at once (no copy runs): a is free, no longer waiting
+  REQUIRE(c.free(b) == kSuccess);
+  const HostStats s = c.stats();
+  REQUIRE(s.cached_bytes == 4096 + 8192);
+  REQUIRE(s.waiting_bytes == 8192);
+  std::map<std::string, std::int64_t> flat;
+  for (const auto& [name, value] : flatten_host_stats(s)) flat[name] = value;
+  CHECK(flat.at("cached_bytes") == 4096 + 8192);
+  CHECK(flat.at("waiting_bytes") == 8192);
+  CHECK(flat.at("allocated.freed") == 2);
+  CHECK(flat.at("reserved_bytes.current") == 4096 + 8192);
+  CHECK(flat.at("requested_bytes.allocated") == 6000);
+  CHECK(flat.at("num_host_alloc") == 2);
+  CHECK(flat.at("num_fences") == 1);
+  check_valid(c);
+}
+
 TEST_CASE("threads allocating and freeing never share a block", "[host]") {
   FakeHost h;  // its maps are touched only under the cache's lock, or outside by one call at a time
   std::mutex backend_lock;

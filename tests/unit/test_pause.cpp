@@ -212,6 +212,70 @@ TEST_CASE("pause: pending and deferred frees of the tag complete before its page
   CHECK(f.backend.used() == 0);  // nothing was live: nothing to map again
 }
 
+// The backend's copies are asynchronous (cuMemcpy*Async on its copy
+// stream): a pause that unmapped or released the tag's pages before its
+// backup copies completed would back up garbage or fault on a GPU, and a
+// resume that returned before its restore copies completed would hand the
+// program its old-page contents for a while.  The fake models both (its
+// copies move bytes only at copy_synchronize and it refuses to unmap pages
+// or free host memory a copy in flight uses).
+TEST_CASE("pause: the backup copies complete before any page goes; resume returns with the contents back") {
+  SECTION("the fake's copies are asynchronous (else this test would prove nothing)") {
+    PauseFixture f;
+    const DevicePtr w = f.tmalloc(4096, kWeights);
+    f.fill(w, 4096, 9);
+    void* host = nullptr;
+    REQUIRE(f.backend.host_alloc(4096, &host) == kSuccess);
+    std::memset(host, 0, 4096);
+    REQUIRE(f.backend.copy_to_host_async(host, w, 4096) == kSuccess);
+    CHECK(f.backend.copies_in_flight() == 1);
+    CHECK(static_cast<unsigned char*>(host)[1] == 0);  // not there yet
+    CHECK_THROWS(f.backend.host_free(host));           // a copy in flight writes it
+    REQUIRE(f.backend.copy_synchronize() == kSuccess);
+    CHECK(f.backend.copies_in_flight() == 0);
+    CHECK(static_cast<unsigned char*>(host)[1] == PauseFixture::period(9)[1]);
+    f.backend.host_free(host);
+    f.free(w);
+  }
+  SECTION("host backup") {
+    PauseFixture f;
+    f.alloc->set_tag_backup(kWeights, BackupMode::host);
+    const DevicePtr w1 = f.tmalloc(70 * MiB, kWeights);  // two copy pieces
+    const DevicePtr w2 = f.tmalloc(5000, kWeights);
+    f.fill(w1, 70 * MiB, 4);
+    f.fill(w2, 5000, 5);
+    REQUIRE(f.pause(kWeights) == kSuccess);  // the fake throws at an unmap under a copy
+    CHECK(f.backend.copies_in_flight() == 0);
+    CHECK(f.backend.used() == 0);
+    REQUIRE(f.resume(kWeights) == kSuccess);
+    CHECK(f.backend.copies_in_flight() == 0);
+    CHECK(f.holds(w1, 70 * MiB, 4));
+    CHECK(f.holds(w2, 5000, 5));
+    // A second cycle reuses the host buffer: the copies into it still complete first.
+    f.fill(w2, 5000, 6);
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    REQUIRE(f.resume(kWeights) == kSuccess);
+    CHECK(f.holds(w2, 5000, 6));
+    CHECK(f.holds(w1, 70 * MiB, 4));
+  }
+  SECTION("disk backup (staging halves written to the file only once their copies completed)") {
+    TempDir dir;
+    Config c;
+    c.pause_backup_dir = dir.path;
+    c.pause_backup_chunk = 4 * MiB;
+    PauseFixture f(c);
+    f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+    const DevicePtr w = f.tmalloc(10 * MiB, kWeights);  // three chunks
+    f.fill(w, 10 * MiB, 7);
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    CHECK(f.backend.copies_in_flight() == 0);
+    CHECK(f.backend.used() == 0);
+    REQUIRE(f.resume(kWeights) == kSuccess);
+    CHECK(f.backend.copies_in_flight() == 0);
+    CHECK(f.holds(w, 10 * MiB, 7));
+  }
+}
+
 TEST_CASE("resume: out of memory leaves the tag paused and resumable later") {
   PauseFixture f({}, 1 * GiB);
   f.alloc->set_tag_backup(kWeights, true);

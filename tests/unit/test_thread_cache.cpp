@@ -7,6 +7,7 @@
 // waiting in the cache behind the thread's own fences, checked by the reuse
 // oracle.  validate() after each step.
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -158,6 +159,71 @@ TEST_CASE("a cached block is reused only on the stream it was freed safe for") {
   f.alloc->validate();
   CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
   CHECK(f.backend.live_events() >= 1);
+}
+
+// The bin walk looks at a few blocks only (ThreadCache::take): with five or
+// more blocks of other streams ahead of the one it would want, the walk
+// ends on another stream's block, and that block must not be handed out
+// (another stream may still use it: no event orders the two).
+TEST_CASE("a size bin led by five or more blocks of other streams never hands one of them out") {
+  for (int ahead : {4, 5, 6, 9}) {
+    INFO(ahead << " blocks of other streams ahead in the bin");
+    AllocFixture f;
+    std::map<DevicePtr, StreamId> stream_of;
+    const DevicePtr mine = f.malloc(512, kS);  // the oldest in the bin
+    stream_of[mine] = kS;
+    std::vector<DevicePtr> others;
+    for (int i = 0; i < ahead; ++i) {
+      const StreamId s = kS + 1 + static_cast<StreamId>(i);
+      const DevicePtr p = f.malloc(512, s);
+      stream_of[p] = s;
+      others.push_back(p);
+    }
+    cached_free(f, mine);
+    for (DevicePtr p : others) cached_free(f, p);  // each freed safe for its own stream
+    // A stream with no cached block: always a miss, however long the bin.
+    DevicePtr q = 0;
+    CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS + 100));
+    f.alloc->validate();
+    // kS: its own block or a miss, never another stream's.
+    if (f.alloc->malloc_cached(&q, 512, kS)) {
+      CHECK(stream_of.at(q) == kS);
+      cached_free(f, q);
+    }
+    f.alloc->validate();
+    // Each other stream: its own block (the newest ones lie within the walk).
+    for (auto it = others.rbegin(); it != others.rend(); ++it) {
+      const StreamId s = stream_of.at(*it);
+      if (f.alloc->malloc_cached(&q, 512, s)) {
+        CHECK(stream_of.at(q) == s);
+        CHECK(q == *it);
+      }
+      f.alloc->validate();
+    }
+  }
+}
+
+// A destroyed stream's handle may come back for a stream created later,
+// which would reuse "in stream order" what the old one freed while its last
+// work still runs (DESIGN.md, retire_stream).  A block the thread's cache
+// holds for the old stream waits for that work like a pooled one.
+TEST_CASE("a retired stream's blocks in a thread's cache wait for its last work") {
+  AllocFixture f;
+  const DevicePtr p = f.malloc(512, kS);
+  cached_free(f, p);
+  REQUIRE(f.alloc->retire_stream(kS) == kSuccess);
+  f.alloc->validate();
+  // A new stream with the old handle: not the block, by the cache or the core.
+  DevicePtr q = 0;
+  if (f.alloc->malloc_cached(&q, 512, kS)) CHECK(q != p);
+  f.alloc->validate();
+  const DevicePtr r = f.malloc(512, kS);
+  CHECK(r != p);
+  // Once the old stream's work is done (its event), the block is reusable.
+  f.backend.complete_events_on(kS);
+  bool reused = false;
+  for (int i = 0; i < 8192 && !reused; ++i) reused = f.malloc(512, kS) == p;  // (best fit may pick r's segment first)
+  CHECK(reused);
 }
 
 TEST_CASE("record_stream and export turn a handed-out block into a plain one") {
