@@ -30,7 +30,7 @@ run() {
     new) out=$(LD_PRELOAD=$lib CACHALLOC_CONF="stats:$dump" "$prog" "$mode" "$n") ;;
     fence) out=$(LD_PRELOAD=$lib CACHALLOC_CONF="stats:$dump,free_sync:fence" "$prog" "$mode" "$n") ;;
   esac || { echo "$c $mode failed" >&2; return; }
-  local calls=-
+  local calls="- -"
   [ -f "$dump" ] && calls=$(python3 - "$dump" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -47,10 +47,16 @@ def find(o, k):
 calls = find(d, "driver_calls") or 0
 c = find(d, "calls") or {}
 frees = sum(c.get(k, 0) for k in ("cuMemFree_v2", "cudaFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaFreeAsync"))
-print(f"{calls / frees:.3f}" if frees else f"{calls}/0")
+peak = find(d, "reserved_bytes.all.peak") or 0
+print(f"{calls / frees:.3f}" if frees else f"{calls}/0", f"{peak / 1048576:.1f}")
 EOF
 )
-  echo "$(echo "$out" | awk '{print $2, $3}') $calls" >>"$tmp/$c.$mode"
+  # ns, peak MiB (bare: the program's cudaMemGetInfo samples; cachalloc: its
+  # reserved peak, since it answers cudaMemGetInfo itself), calls per free
+  set -- $calls
+  local peak=$(echo "$out" | awk '{print $3}')
+  [ "$2" != "-" ] && peak=$2
+  echo "$(echo "$out" | awk '{print $2}') $peak $1" >>"$tmp/$c.$mode"
 }
 
 for r in $(seq "$rounds"); do
@@ -63,7 +69,7 @@ summarize() {  # FILE COLUMN: median [min–max]
   sort -n -k"$2","$2" "$1" | awk -v c="$2" '{v[NR]=$c} END {if (NR==0) {print "-"; exit}
     m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%s [%s–%s]", m, v[1], v[NR]}'
 }
-echo "| mode | contender | ns per iteration | peak MiB | driver calls per free |"
+echo "| mode | contender | ns per iteration | peak MiB (bare: in use; cachalloc: reserved) | driver calls per free |"
 echo "| --- | --- | --- | --- | --- |"
 for mode in launch event single threads; do
   for c in $contenders; do
