@@ -1071,6 +1071,7 @@ int run_behaviour(const char* route, const char* name, const struct cuda_api* ap
   behaviour_fn run = stream_order_behaviour(name);
   if (run == NULL) run = host_behaviour(name);
   if (run == NULL) run = thread_cache_behaviour(name);
+  if (run == NULL) run = fork_behaviour(name);
   if (run != NULL) {
     if (setup() != 0) return 1;
     return run();
