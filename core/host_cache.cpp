@@ -46,10 +46,9 @@ std::size_t HostCache::class_size(std::size_t size) {
 
 int HostCache::class_index(std::size_t class_bytes) { return std::bit_width(class_bytes) - 1; }
 
-HostCache::Pool& HostCache::pool_for(unsigned flags, std::uintptr_t owner) {
-  const bool portable = (flags & kHostAllocPortable) != 0;
-  return pools_[PoolKey{flags, portable ? 0 : owner}];
-}
+// Keyed by owner whatever the flags: a portable block handed to another
+// context would still die with the context that allocated it (host_cache.h).
+HostCache::Pool& HostCache::pool_for(unsigned flags, std::uintptr_t owner) { return pools_[PoolKey{flags, owner}]; }
 
 HostCache::Block* HostCache::take_free(Pool& pool, int klass) {
   auto& list = pool.free[klass];
@@ -305,6 +304,8 @@ void HostCache::forget_owner(std::uintptr_t owner) {
     delete b;
     it = blocks_.erase(it);
   }
+  // Its pools are empty now, and no request names a dead owner again.
+  std::erase_if(pools_, [owner](const auto& kv) { return kv.first.owner == owner; });
 }
 
 bool HostCache::lookup(const void* ptr, HostBlockInfo* info) const {

@@ -12,12 +12,18 @@
 // through the shim.
 //
 // Pools: a block is reused only for a request with exactly the same flags
-// (portable / device-mapped / write-combined), and — for a block without
-// the portable flag, which CUDA pins for the allocating context only — the
-// same owner (the shim passes the current context's state).  Portable
-// blocks are shared by every context.  The cache itself is process-wide, as
-// host memory is; every block remembers its owner, whose death
-// (forget_owner) takes its blocks along.
+// (portable / device-mapped / write-combined) and the same owner (the shim
+// passes the current context's state).  Portable blocks too: the portable
+// flag says every context may use the memory, not that it outlives the
+// context that allocated it — the driver frees a context's pinned memory,
+// portable or not, when that context is destroyed.  A block handed to
+// another context's request would stay the old context's driver
+// allocation, and that context's death would free memory the new holder
+// still uses (issue 34, item 4).  So a block serves only its own
+// context's requests: whoever holds it, its owner is the context whose
+// death frees it.  The cache itself is process-wide, as host memory is;
+// every block remembers its owner, whose death (forget_owner) takes its
+// blocks along.
 //
 // Safe reuse: a freed block may still be read or written by an
 // asynchronous copy enqueued on any stream.  It waits (`waiting`) until a
@@ -107,7 +113,8 @@ class HostCache {
   // The one place the class policy lives.
   static std::size_t class_size(std::size_t size);
 
-  // `owner` keys non-portable blocks (the shim: the current context).
+  // `owner` keys every block (the shim: the current context): only its
+  // requests reuse its blocks, portable or not (see "Pools" above).
   // Returns the driver's status on failure.
   Status allocate(std::size_t size, unsigned flags, std::uintptr_t owner, void** out);
   // kNotOwned: `ptr` is in no block (the caller asks the driver);

@@ -66,7 +66,7 @@ std::string HostCache::validate() const {
     if (b->base != base) return "block keyed by another address";
     if (b->size != class_size(b->size) || class_index(b->size) != b->klass) return "block size is not its class";
     if (b->requested > b->size) return "requested bytes exceed the block";
-    if (b->pool == nullptr || b->pool != &pools_.at(PoolKey{b->flags, (b->flags & kHostAllocPortable) ? 0 : b->owner}))
+    if (b->pool == nullptr || b->pool != &pools_.at(PoolKey{b->flags, b->owner}))
       return "block in the pool of other flags or owner";
     reserved += static_cast<std::int64_t>(b->size);
     if (b->state == State::live) {

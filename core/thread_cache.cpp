@@ -20,10 +20,47 @@ std::atomic<std::uint64_t> g_serial{0};
 
 // Guards the link between threads' caches and allocators: a thread exit and
 // an allocator's destruction never run into each other.  Never destroyed
-// (threads may exit during static destruction).
+// (threads may exit during static destruction): a union does not run its
+// member's destructor.
+union RegistryMutex {
+  std::mutex m;
+  constexpr RegistryMutex() : m() {}
+  ~RegistryMutex() {}
+};
+constinit RegistryMutex g_registry;
+std::once_flag g_fork_once;
+
+// fork()'s child (pthread_atfork), in the one thread that forked, before
+// fork returns.  Every lock and cache the child got is a copy of the
+// parent's, in whatever state another thread had it: a lock held by a
+// thread that does not exist here would be held forever.  The forking
+// thread's caches (the only ones whose thread exists here) are forgotten
+// — never touched, leaked — so neither its exit hook nor any allocation
+// reaches them, and the registry's mutex starts afresh for caches the
+// child may make.  Nothing else in the child touches the parent's caches:
+// the other threads are gone, and the shim serves no call in a child
+// (shim/process_state.h, Mode::forked).  (Issue 34: a forked thread's exit
+// hook waited on the allocator's lock, held in the parent at fork time.)
+void in_fork_child() {
+  ThreadSlot& s = t_thread_slot;
+  const bool key_set = s.key_set;  // the key's value survives fork: its destructor still runs
+  s = ThreadSlot{};
+  s.key_set = key_set;
+  new (&g_registry.m) std::mutex;
+}
+
+// Registers the child handler before the registry is first used, so before
+// any cache exists (a process that never caches registers nothing).
+// False if it could not be registered: then no cache is made (a forked
+// thread's exit would reach the parent's locks).
+bool g_fork_ok = false;
+bool fork_handler_registered() {
+  std::call_once(g_fork_once, [] { g_fork_ok = pthread_atfork(nullptr, nullptr, in_fork_child) == 0; });
+  return g_fork_ok;
+}
 std::mutex& registry() {
-  static auto* m = new std::mutex;
-  return *m;
+  (void)fork_handler_registered();
+  return g_registry.m;
 }
 
 pthread_key_t g_key;
@@ -32,7 +69,8 @@ bool g_key_ok = false;
 
 // pthread key destructor: runs at a thread's exit (not for the main thread
 // at exit(), when nothing must happen).  Its caches give their blocks back
-// to live allocators and are freed.
+// to live allocators and are freed.  In a forked child the forking thread's
+// list is empty (in_fork_child): nothing of the parent's is touched.
 void on_thread_exit(void*) {
   ThreadSlot& s = t_thread_slot;
   ThreadCache* list = s.list;
@@ -88,6 +126,7 @@ bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, Stre
 ThreadCache* CachingAllocator::create_thread_cache() {
   std::call_once(g_key_once, [] { g_key_ok = pthread_key_create(&g_key, on_thread_exit) == 0; });
   if (!g_key_ok) return nullptr;  // no exit hook, no cache: it could strand memory
+  if (!fork_handler_registered()) return nullptr;  // a forked child would retire it
   ThreadSlot& s = t_thread_slot;
   auto* tc = new (std::nothrow) ThreadCache(this, serial_, config_.thread_cache_bytes);
   if (tc == nullptr) return nullptr;

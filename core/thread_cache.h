@@ -60,7 +60,14 @@
 //      During a graph capture the shim bypasses the layer
 //      (thread_cache_eligible).  After fork() only the forking thread
 //      exists; CUDA is unusable in such a child, and the shim does not serve
-//      it, so the other threads' caches are never touched there.
+//      it, so the other threads' caches are never touched there.  Nor are
+//      the forking thread's own: a pthread_atfork child handler (registered
+//      before the first cache exists) empties its slot, so its exit hook,
+//      however it leaves, and its allocations find no cache, and gives the
+//      registry's mutex a fresh state; the copies are leaked.  Any of the
+//      parent's locks may be held by a thread that does not exist in the
+//      child (issue 34: the exit hook waited on the allocator's lock).  No
+//      cost on the hot path: the handler runs once per fork.
 //  (e) validate() checks every cache (check_thread_caches).
 //  (g) Fenced frees.  With non-blocking streams alive a plain cuMemFree is
 //      made safe by a fence (shim/free_policy.h, core/fence_path.cpp).  The

@@ -65,8 +65,9 @@ void host_context_retired(ContextState* ctx) {
 }
 
 // The current context's state (unique for the context's lifetime) keys
-// non-portable blocks, owns every block it allocated, and becomes known to the
-// registry so that later fences cover its streams.
+// and owns every block it allocated, portable ones too (its death frees
+// them: core/host_cache.h), and becomes known to the registry so that
+// later fences cover its streams.
 Status host_cache_alloc(void** pp, std::size_t size, unsigned flags) {
   if (pp == nullptr || !may_serve(size, flags)) return kNotOwned;
   ContextState* ctx = current_context_state();

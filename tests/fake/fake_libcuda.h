@@ -96,6 +96,11 @@ void fake_cuda_hold_stream(CUstream stream, int on);
  * is active (NULL: no more): lets a test act while another thread is still
  * in the begin. */
 void fake_cuda_on_begin_capture(void (*fn)(void*), void* arg);
+/* Calls fn(arg) at the start of every later cuMemAlloc_v2, outside the
+ * fake's lock (NULL: no more): a caching allocator grows its pool there
+ * with its own lock held, so a test can act while another thread holds it
+ * (tc_fork_exit forks then). */
+void fake_cuda_on_mem_alloc(void (*fn)(void*), void* arg);
 /* The fake's own implementation of a versioned driver symbol
  * ("cuMemAlloc_v2", "cuMemAllocAsync_ptsz", ...), or NULL. */
 void* fake_cuda_lookup_raw(const char* name);

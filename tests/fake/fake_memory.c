@@ -115,8 +115,18 @@ static void alloc_delay(void) {
   if (us > 0) usleep((useconds_t)us);
 }
 
+/* The test's hook (fake_cuda_on_mem_alloc), outside the fake's lock. */
+static void mem_alloc_hook(void) {
+  fake_lock();
+  void (*hook)(void*) = fake.on_mem_alloc;
+  void* arg = fake.on_mem_alloc_arg;
+  fake_unlock();
+  if (hook) hook(arg);
+}
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t size) {
   alloc_delay();
+  mem_alloc_hook();
   fake_lock();
   fake_init_once();
   CUresult r = fake_fault(FAULT_MEM_ALLOC);

@@ -272,6 +272,13 @@ EXPORT void fake_cuda_on_begin_capture(void (*fn)(void*), void* arg) {
   fake_unlock();
 }
 
+EXPORT void fake_cuda_on_mem_alloc(void (*fn)(void*), void* arg) {
+  fake_lock();
+  fake.on_mem_alloc = fn;
+  fake.on_mem_alloc_arg = arg;
+  fake_unlock();
+}
+
 EXPORT void* fake_cuda_lookup_raw(const char* name) {
   for (size_t i = 0; i < PROC_COUNT; ++i)
     if (strcmp(proc_table[i].name, name) == 0) return proc_table[i].fn;

@@ -195,6 +195,8 @@ struct fake_driver {
   struct CUstream_st* thread_streams; /* every thread's per-thread stream (never freed) */
   void (*on_begin_capture)(void*);    /* fake_cuda_on_begin_capture */
   void* on_begin_capture_arg;
+  void (*on_mem_alloc)(void*);        /* fake_cuda_on_mem_alloc */
+  void* on_mem_alloc_arg;
   struct CUstream_st* streams;   /* created streams, live */
   struct CUevent_st* events;     /* created events of live contexts */
   struct allocation* allocs;

@@ -1,7 +1,8 @@
 /* host_behaviours.c — pinned host memory (shim/host_ops.h) as a route
  * behaviour: served from the cache, flags kept apart, reuse only after a
  * fence, the driver's answers about a block, foreign pointers and double
- * frees.  The fake driver counts its host calls (fake_host.c); its
+ * frees, no block handed across contexts (a context's death frees its
+ * pinned memory).  The fake driver counts its host calls (fake_host.c); its
  * cuMemFreeHost waits for the device (host_free_syncs), as the real one
  * does, so a free that reached it shows.  A stream held busy
  * (fake_cuda_hold_stream) stands in for a copy still in flight. */
@@ -252,6 +253,57 @@ static int host_context_destroyed(void) {
   return 0;
 }
 
+/* A block freed in one context and a request of the same class and flags
+ * in another (issue 34, item 4): the driver frees a context's pinned
+ * memory, portable or not, when the context is destroyed, so the second
+ * context's buffer must not be the first one's cached block.  After the
+ * first context's death the buffer answers and frees as a fresh
+ * allocation of the second does on the bare driver, and its memory stays
+ * usable.  `reverse` frees in the newer context and asks in the older. */
+static int host_handover(unsigned flags, int reverse) {
+  ctx_create_fn create = (ctx_create_fn)A->fake_raw("cuCtxCreate_v2");
+  CUcontext c1, c2;
+  void *p = NULL, *q = NULL, *dead = NULL;
+  unsigned got = 0;
+  CHECK(create != NULL);
+  CHECK_CU(create(&c1, 0, 0));
+  CHECK_CU(create(&c2, 0, 0));
+  const CUcontext from = reverse ? c2 : c1, to = reverse ? c1 : c2;
+  CHECK_CU(A->ctx_set_current(from));
+  CHECK_CU(A->host_alloc(&p, 64 * KiB, flags));
+  CHECK_CU(A->host_alloc(&dead, 64 * KiB, flags)); /* held at from's death */
+  memset(p, 1, 64 * KiB);
+  CHECK_CU(A->free_host(p));
+  CHECK_CU(A->ctx_set_current(to));
+  CHECK_CU(A->host_alloc(&q, 64 * KiB, flags));
+  memset(q, 2, 64 * KiB);
+  CHECK_CU(A->ctx_destroy(from));
+  CHECK_CU(A->ctx_set_current(to));
+  CHECK_CU(A->host_get_flags(&got, q));
+  CHECK(got == (flags | CU_MEMHOSTALLOC_DEVICEMAP));
+  CUdeviceptr alias = 0;
+  CHECK_CU(A->host_get_device_pointer(&alias, q, 0));
+  for (size_t i = 0; i < 64 * KiB; i += 4093) CHECK(((unsigned char*)q)[i] == 2);
+  memset(q, 3, 64 * KiB);
+  CHECK_CU(A->free_host(q));
+  CHECK(A->host_get_flags(&got, dead) != CUDA_SUCCESS); /* died with its context */
+  /* The cache still serves `to`: the freed block comes back. */
+  void* again = NULL;
+  CHECK_CU(A->host_alloc(&again, 64 * KiB, flags));
+  memset(again, 4, 64 * KiB);
+  CHECK_CU(A->free_host(again));
+  CHECK_CU(A->ctx_destroy(to));
+  CHECK_CU(A->ctx_set_current(g_ctx));
+  CHECK(stats().dead_context_calls == 0);
+  return 0;
+}
+static int host_handover_portable(void) { return host_handover(CU_MEMHOSTALLOC_PORTABLE, 0); }
+static int host_handover_portable_reverse(void) { return host_handover(CU_MEMHOSTALLOC_PORTABLE, 1); }
+static int host_handover_portable_mapped(void) {
+  return host_handover(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP, 0);
+}
+static int host_handover_plain(void) { return host_handover(0, 0); }
+
 /* What the driver says about a block: an allocation of the requested size
  * with the flags asked, its own device alias; nothing once freed. */
 static int host_attributes(void) {
@@ -394,6 +446,10 @@ static const struct {
   {"host_reuse_other_context", host_reuse_other_context},
   {"host_during_capture", host_during_capture},
   {"host_context_destroyed", host_context_destroyed},
+  {"host_handover_portable", host_handover_portable},
+  {"host_handover_portable_reverse", host_handover_portable_reverse},
+  {"host_handover_portable_mapped", host_handover_portable_mapped},
+  {"host_handover_plain", host_handover_plain},
   {"host_attributes", host_attributes},
   {"host_foreign", host_foreign},
   {"host_double_free", host_double_free},

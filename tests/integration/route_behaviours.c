@@ -1072,6 +1072,7 @@ int run_behaviour(const char* route, const char* name, const struct cuda_api* ap
   if (run == NULL) run = host_behaviour(name);
   if (run == NULL) run = thread_cache_behaviour(name);
   if (run == NULL) run = watch_behaviour(name);
+  if (run == NULL) run = fork_behaviour(name);
   if (run != NULL) {
     if (setup() != 0) return 1;
     return run();

@@ -63,6 +63,7 @@ struct cuda_api {
   void (*fake_hold)(CUstream, int);
   void* (*fake_raw)(const char*);
   void (*fake_on_begin)(void (*)(void*), void*);
+  void (*fake_on_mem_alloc)(void (*)(void*), void*);
   void (*fake_fail)(const char*, int, int, CUresult);
 };
 
@@ -94,6 +95,8 @@ behaviour_fn host_behaviour(const char* name);
 behaviour_fn watch_behaviour(const char* name);
 /* The per-thread cache behaviours (thread_cache_behaviours.c), or NULL. */
 behaviour_fn thread_cache_behaviour(const char* name);
+/* The forked-child behaviours (fork_behaviours.c), or NULL. */
+behaviour_fn fork_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     .fake_stats = (void (*)(struct fake_cuda_stats_t*))get("fake_cuda_stats"),
     .fake_hold = (void (*)(CUstream, int))get("fake_cuda_hold_stream"),
     .fake_on_begin = (void (*)(void (*)(void*), void*))get("fake_cuda_on_begin_capture"),
+    .fake_on_mem_alloc = (void (*)(void (*)(void*), void*))get("fake_cuda_on_mem_alloc"),
     .fake_raw = (void* (*)(const char*))get("fake_cuda_lookup_raw"),
     .fake_fail = (void (*)(const char*, int, int, CUresult))get("fake_cuda_fail"),
   };

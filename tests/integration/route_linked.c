@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     .fake_stats = fake_cuda_stats,
     .fake_hold = fake_cuda_hold_stream,
     .fake_on_begin = fake_cuda_on_begin_capture,
+    .fake_on_mem_alloc = fake_cuda_on_mem_alloc,
     .fake_raw = fake_cuda_lookup_raw,
     .fake_fail = fake_cuda_fail,
   };
