@@ -94,6 +94,8 @@ behaviour_fn host_behaviour(const char* name);
 behaviour_fn watch_behaviour(const char* name);
 /* The per-thread cache behaviours (thread_cache_behaviours.c), or NULL. */
 behaviour_fn thread_cache_behaviour(const char* name);
+/* Blocks held for graph captures (graph_behaviours.c), or NULL. */
+behaviour_fn graph_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */
