@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "context_registry.h"
+#include "graph_owners.h"
 #include "real_driver.h"
 #include "stream_ids.h"
 
@@ -21,6 +22,8 @@ struct Capture {
   StreamId stream;
   bool strict;     // global or thread-local mode
   CUcontext ctx;   // the stream's context (else the current one at the begin)
+  std::uint64_t token;  // its owner token (graph_owners.h)
+  CUgraph into;         // cuStreamBeginCaptureToGraph's graph, else nullptr
 };
 
 // The context `stream` runs in, asked before the real begin (the stream is
@@ -56,37 +59,67 @@ std::shared_mutex& capture_gate() {
   return *gate;
 }
 
-void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode) {
+void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph into) {
   const bool strict = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
   const CUcontext ctx = context_of_capture(stream);
+  const std::uint64_t token = open_capture_token();
   std::lock_guard lock(captures_mutex());
   if (ctx != nullptr && count_in_context_locked(ctx) == 0)
     if (ContextState* state = live_state_of(ctx)) state->capture_beginning(g_strict.load() != 0);
-  captures().push_back({stream_id(stream, ptsz), strict, ctx});
+  captures().push_back({stream_id(stream, ptsz), strict, ctx, token, into});
   g_captures.fetch_add(1, std::memory_order_relaxed);
   if (strict) g_strict.fetch_add(1, std::memory_order_relaxed);
 }
 
-// An end the driver refused as "not capturing" did not end one of ours; an
-// invalidated capture did end.
-void capture_ended(CUstream stream, bool ptsz, CUresult result) {
-  if (result == CUDA_ERROR_ILLEGAL_STATE || result == CUDA_ERROR_INVALID_HANDLE || result == CUDA_ERROR_INVALID_VALUE)
-    return;
-  capture_abandoned(stream, ptsz);
-}
-
-void capture_abandoned(CUstream stream, bool ptsz) {
+namespace {
+// Forgets the capture on `stream`; its token, or 0 when none was counted.
+std::uint64_t forget_capture(CUstream stream, bool ptsz, CUgraph* into) {
   const StreamId id = stream_id(stream, ptsz);
   std::lock_guard lock(captures_mutex());
   auto& v = captures();
   auto it = std::find_if(v.begin(), v.end(), [&](const Capture& c) { return c.stream == id; });
-  if (it == v.end()) return;
+  if (it == v.end()) return 0;
   if (it->strict) g_strict.fetch_sub(1, std::memory_order_relaxed);
   g_captures.fetch_sub(1, std::memory_order_relaxed);
   const CUcontext ctx = it->ctx;
+  const std::uint64_t token = it->token;
+  *into = it->into;
   v.erase(it);
   if (ctx != nullptr && count_in_context_locked(ctx) == 0)
     if (ContextState* state = live_state_of(ctx)) state->captures_ended();
+  return token;
+}
+}  // namespace
+
+// An end the driver refused as "not capturing" did not end one of ours; an
+// invalidated capture did end, with no graph: its blocks are released (the
+// driver made no graph that could replay them).  A successful end hands the
+// token to the graph (and to the graph captured into).
+void capture_ended(CUstream stream, bool ptsz, CUresult result, CUgraph graph) {
+  if (result == CUDA_ERROR_ILLEGAL_STATE || result == CUDA_ERROR_INVALID_HANDLE || result == CUDA_ERROR_INVALID_VALUE)
+    return;
+  CUgraph into = nullptr;
+  const std::uint64_t token = forget_capture(stream, ptsz, &into);
+  if (token == 0) return;
+  // A failed end of a capture into an existing graph: that graph may hold
+  // nodes captured before the failure, so it keeps the token (conservative).
+  close_capture_token(token, result == CUDA_SUCCESS ? graph : nullptr, into);
+}
+
+void capture_abandoned(CUstream stream, bool ptsz) {
+  CUgraph into = nullptr;
+  const std::uint64_t token = forget_capture(stream, ptsz, &into);
+  if (token != 0) close_capture_token(token, nullptr, nullptr);
+}
+
+std::vector<std::uint64_t> capture_tokens_for(CUcontext ctx) {
+  std::vector<std::uint64_t> in_ctx, all;
+  std::lock_guard lock(captures_mutex());
+  for (const Capture& c : captures()) {
+    all.push_back(c.token);
+    if (c.ctx == ctx) in_ctx.push_back(c.token);
+  }
+  return in_ctx.empty() ? all : in_ctx;
 }
 
 namespace {

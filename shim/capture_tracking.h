@@ -27,6 +27,8 @@
 
 #include <atomic>
 #include <shared_mutex>
+#include <vector>
+#include <cstdint>
 
 #include "cuda_api.h"
 
@@ -36,11 +38,16 @@ std::shared_mutex& capture_gate();
 
 // Before the real begin on `stream` (as passed to a plain or _ptsz entry),
 // with the gate held exclusively; undone by capture_abandoned if the begin
-// fails.
-void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode);
+// fails.  `into`: the graph cuStreamBeginCaptureToGraph captures into.
+// Each capture gets an owner token (graph_owners.h).
+void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph into = nullptr);
 void capture_abandoned(CUstream stream, bool ptsz);
-// After the real end on `stream` returned `result`.
-void capture_ended(CUstream stream, bool ptsz, CUresult result);
+// After the real end on `stream` returned `result` and, on success, `graph`.
+void capture_ended(CUstream stream, bool ptsz, CUresult result, CUgraph graph);
+// The owner tokens of the captures a block of `ctx` allocated or freed now
+// belongs to: those in flight in `ctx`, or every one in flight when none is
+// (another device's kernels may reach it through peer access).
+std::vector<std::uint64_t> capture_tokens_for(CUcontext ctx);
 // Whether any capture is in flight (one relaxed load).
 // Captures in flight in the process (capture_tracking.cpp).
 extern std::atomic<int> g_captures;

@@ -26,6 +26,7 @@
 
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "graph_owners.h"
 #include "exit_hooks.h"
 #include "host_ops.h"
 #include "obs/atomic_file.h"
@@ -240,6 +241,10 @@ CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
         copy_truncated(msg, len, "device " + std::to_string(s->device()) + ": " + e.what());
         return CACHALLOC_ERROR_ILLEGAL_STATE;
       }
+    }
+    if (const char* broken = check_graph_owners()) {
+      copy_truncated(msg, len, std::string("graph owner tokens: ") + broken);
+      return CACHALLOC_ERROR_ILLEGAL_STATE;
     }
     if (HostCache* h = host_cache_if_any()) {
       if (const std::string broken = h->validate(); !broken.empty()) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "capture_owned.h"
 #include "capture_tracking.h"
 #include "log.h"
 #include "context_registry.h"
@@ -325,6 +326,25 @@ namespace {
 
 }  // namespace
 
+// During a capture (capture_owned.h): out of line, off the cached pair's path.
+[[gnu::noinline, gnu::cold]] CUresult alloc_in_capture(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id,
+                                                      bool bare) {
+  DevicePtr p = 0;
+  const CUresult r = alloc_during_capture(ctx, &p, size, id, bare);
+  if (r == CUDA_SUCCESS) *out = static_cast<CUdeviceptr>(p);
+  return r;
+}
+
+// A free during a capture; a pointer no context owns goes to the driver,
+// which answers for its own memory (and refuses it during a strict capture
+// by itself).
+[[gnu::noinline, gnu::cold]] CUresult free_in_capture(CUdeviceptr ptr, bool bare) {
+  const Status s = free_during_capture(static_cast<DevicePtr>(ptr), bare);
+  if (s != kNotOwned) return to_cu(s);
+  count_foreign();
+  return driver()->cuMemFree_v2(ptr);
+}
+
 // serve_mem_alloc and serve_mem_free (the mode known to be active) run
 // inline in the exported cuMemAlloc_v2 and cuMemFree_v2 (end of this file):
 // one call frame less on every cached pair.
@@ -334,6 +354,7 @@ namespace {
   ContextState* ctx = current_context_state();
   if (ctx == nullptr) return driver()->cuMemAlloc_v2(out, size);
   settle_deferred_frees(*ctx);
+  if (capture_in_flight()) [[unlikely]] return alloc_in_capture(*ctx, out, size, kUnorderedStreamId, true);
   return serve_alloc(*ctx, out, size, kUnorderedStreamId);
 }
 
@@ -341,6 +362,8 @@ namespace {
   if (ptr == 0) return CUDA_SUCCESS;
   ContextState* tried = nullptr;
   if (free_in_last_cache(static_cast<DevicePtr>(ptr), &tried)) [[likely]] return CUDA_SUCCESS;
+  // (free_in_last_cache takes nothing during a capture.)
+  if (capture_in_flight()) [[unlikely]] return free_in_capture(ptr, true);
   ContextState* ctx = current_context_state();
   if (ctx != nullptr) settle_deferred_frees(*ctx);
   Status s = ctx != nullptr ? free_with_policy(*ctx, ptr, ctx == tried) : kNotOwned;
@@ -392,6 +415,8 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
   const StreamId id = stream_id(stream, ptsz);
   note_use(ctx, id);
   settle_deferred_frees(*ctx);
+  // Another stream than the capturing one: served, and owned by the capture.
+  if (capture_in_flight()) [[unlikely]] return alloc_in_capture(*ctx, out, size, id, false);
   return serve_alloc(*ctx, out, size, id);
 }
 
@@ -419,6 +444,15 @@ CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
   const StreamId id = stream_id(stream, ptsz);
   // (A stream of another context is noted there, when it is created.)
   if (ctx != nullptr && !stream_of_other_context(*ctx, stream)) note_use(ctx, id);
+  // A stream that is not capturing, during a capture: held for it (the
+  // captured work may use the block; the release waits for all the
+  // context's work, this stream's included).
+  if (capture_in_flight()) [[unlikely]] {
+    const Status held = free_during_capture(static_cast<DevicePtr>(ptr), false);
+    if (held != kNotOwned) return to_cu(held);
+    count_foreign();
+    return pass_free_async(ptr, stream, ptsz);
+  }
   Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
   if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
   if (s != kNotOwned) return to_cu(s);

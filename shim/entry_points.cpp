@@ -90,9 +90,10 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
 // Counts the capture before the real begin, under the capture gate, and
 // undoes that if the begin fails.
 template <typename Begin>
-static CUresult begin_counted(CUstream stream, bool ptsz, CUstreamCaptureMode mode, Begin&& begin) {
+static CUresult begin_counted(CUstream stream, bool ptsz, CUstreamCaptureMode mode, Begin&& begin,
+                              CUgraph into = nullptr) {
   std::unique_lock gate(capture_gate());
-  capture_began(stream, ptsz, mode);
+  capture_began(stream, ptsz, mode, into);
   const CUresult r = begin();
   if (r != CUDA_SUCCESS) capture_abandoned(stream, ptsz);
   return r;
@@ -116,7 +117,8 @@ EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, co
                                             const CUgraphEdgeData* depData, size_t numDeps, CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph);
-    return begin_counted(hStream, false, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); });
+    return begin_counted(
+        hStream, false, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); }, hGraph);
   });
 }
 
@@ -125,7 +127,8 @@ EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGrap
                                                  CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCaptureToGraph_ptsz);
-    return begin_counted(hStream, true, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); });
+    return begin_counted(
+        hStream, true, mode, [&] { return real_fn(hStream, hGraph, deps, depData, numDeps, mode); }, hGraph);
   });
 }
 
@@ -133,7 +136,7 @@ EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(hStream, false, r);
+    capture_ended(hStream, false, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
     return r;
   });
 }
@@ -142,7 +145,7 @@ EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture_ptsz);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(hStream, true, r);
+    capture_ended(hStream, true, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
     return r;
   });
 }

@@ -32,6 +32,7 @@ from pathlib import Path
 HOOKED = {
     "cuMemAllocAsync", "cuMemFreeAsync", "cuStreamDestroy", "cuStreamBeginCapture",
     "cuStreamBeginCaptureToGraph", "cuStreamEndCapture", "cuGetProcAddress",
+    "cuGraphInstantiateWithParams",  # graph_entry_points.cpp (notes hUploadStream)
 }
 
 PFN = re.compile(r"typedef\s+CUresult\s*\(\s*CUDAAPI\s*\*\s*PFN_(cu\w+?)_v(\d+)(_ptsz|_ptds)?\s*\)\s*\((.*)\)\s*;")

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "graph_entry_points.h"
 #include "stream_watch.h"
 
 // cuCtxDetach is deprecated, but programs may still call it: it is hooked
@@ -65,6 +66,20 @@ const ByName kByName[] = {
     {"cuMemFreeHost", W(cuMemFreeHost)},
     {"cuMemHostGetFlags", W(cuMemHostGetFlags)},
     {"cuMemHostGetDevicePointer_v2", W(cuMemHostGetDevicePointer_v2)},
+    {"cuGraphInstantiate", W(cachalloc_cuGraphInstantiate_v1)},
+    {"cuGraphInstantiate_v2", W(cachalloc_cuGraphInstantiate_v2)},
+    {"cuGraphInstantiateWithFlags", W(cachalloc_cuGraphInstantiateWithFlags)},
+    {"cuGraphInstantiateWithParams", W(cachalloc_cuGraphInstantiateWithParams)},
+    {"cuGraphInstantiateWithParams_ptsz", W(cachalloc_cuGraphInstantiateWithParams_ptsz)},
+    {"cuGraphClone", W(cachalloc_cuGraphClone)},
+    {"cuGraphAddChildGraphNode", W(cachalloc_cuGraphAddChildGraphNode)},
+    {"cuGraphAddNode", W(cachalloc_cuGraphAddNode_v1)},
+    {"cuGraphAddNode_v2", W(cachalloc_cuGraphAddNode_v2)},
+    {"cuGraphExecUpdate", W(cachalloc_cuGraphExecUpdate_v1)},
+    {"cuGraphExecUpdate_v2", W(cachalloc_cuGraphExecUpdate_v2)},
+    {"cuGraphExecChildGraphNodeSetParams", W(cachalloc_cuGraphExecChildGraphNodeSetParams)},
+    {"cuGraphDestroy", W(cachalloc_cuGraphDestroy)},
+    {"cuGraphExecDestroy", W(cachalloc_cuGraphExecDestroy)},
 };
 
 // A base name as cuGetProcAddress sees it: the wrapper applies from
@@ -117,6 +132,24 @@ const ByBase kByBase[] = {
     {"cuDevicePrimaryCtxRelease", 7000, W(cuDevicePrimaryCtxRelease), nullptr},
     {"cuCtxEnablePeerAccess", 4000, W(cuCtxEnablePeerAccess), nullptr},
     {"cuCtxDisablePeerAccess", 4000, W(cuCtxDisablePeerAccess), nullptr},
+    // Graphs (graph_owners.h).  "cuGraphInstantiate" names three ABIs: from
+    // 12.0 on that of cuGraphInstantiateWithFlags (cuda.h maps the name to
+    // it), before that two of one 5-argument signature.
+    {"cuGraphInstantiate", 12000, W(cachalloc_cuGraphInstantiateWithFlags), nullptr},
+    {"cuGraphInstantiate", 11000, W(cachalloc_cuGraphInstantiate_v2), nullptr},
+    {"cuGraphInstantiate", 10000, W(cachalloc_cuGraphInstantiate_v1), nullptr},
+    {"cuGraphInstantiateWithFlags", 11040, W(cachalloc_cuGraphInstantiateWithFlags), nullptr},
+    {"cuGraphInstantiateWithParams", 12000, W(cachalloc_cuGraphInstantiateWithParams),
+     W(cachalloc_cuGraphInstantiateWithParams_ptsz)},
+    {"cuGraphClone", 10000, W(cachalloc_cuGraphClone), nullptr},
+    {"cuGraphAddChildGraphNode", 10000, W(cachalloc_cuGraphAddChildGraphNode), nullptr},
+    {"cuGraphAddNode", 12030, W(cachalloc_cuGraphAddNode_v2), nullptr},
+    {"cuGraphAddNode", 12020, W(cachalloc_cuGraphAddNode_v1), nullptr},
+    {"cuGraphExecUpdate", 12000, W(cachalloc_cuGraphExecUpdate_v2), nullptr},
+    {"cuGraphExecUpdate", 10020, W(cachalloc_cuGraphExecUpdate_v1), nullptr},
+    {"cuGraphExecChildGraphNodeSetParams", 11010, W(cachalloc_cuGraphExecChildGraphNodeSetParams), nullptr},
+    {"cuGraphDestroy", 10000, W(cachalloc_cuGraphDestroy), nullptr},
+    {"cuGraphExecDestroy", 10000, W(cachalloc_cuGraphExecDestroy), nullptr},
 };
 
 #undef W

@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "cuda_api.h"
+#include "graph_entry_points.h"
 
 namespace cachalloc::shim {
 
@@ -62,6 +63,22 @@ struct RealDriver {
   PFN_cuDeviceSetMemPool_v11020 cuDeviceSetMemPool = nullptr;
   PFN_cuMemPoolSetAccess_v11020 cuMemPoolSetAccess = nullptr;
   PFN_cuGreenCtxCreate_v12040 cuGreenCtxCreate = nullptr;
+  // Graphs: what keeps a capture's blocks (graph_owners.h); optional.  The
+  // oldest ABIs are named graph_*_v1: cuda.h maps their names to the newest.
+  PFN_cachalloc_cuGraphInstantiate_v10000 graph_instantiate_v1 = nullptr;     // the 10.0 ABI
+  PFN_cachalloc_cuGraphInstantiate_v10000 cuGraphInstantiate_v2 = nullptr;  // the 11.0 ABI, same signature
+  PFN_cuGraphInstantiateWithFlags_v11040 cuGraphInstantiateWithFlags = nullptr;
+  PFN_cuGraphInstantiateWithParams_v12000 cuGraphInstantiateWithParams = nullptr;
+  PFN_cuGraphInstantiateWithParams_v12000_ptsz cuGraphInstantiateWithParams_ptsz = nullptr;
+  PFN_cuGraphClone_v10000 cuGraphClone = nullptr;
+  PFN_cuGraphAddChildGraphNode_v10000 cuGraphAddChildGraphNode = nullptr;
+  PFN_cuGraphAddNode_v12020 graph_add_node_v1 = nullptr;
+  PFN_cuGraphAddNode_v12030 cuGraphAddNode_v2 = nullptr;
+  PFN_cuGraphExecUpdate_v10020 graph_exec_update_v1 = nullptr;
+  PFN_cuGraphExecUpdate_v12000 cuGraphExecUpdate_v2 = nullptr;
+  PFN_cuGraphExecChildGraphNodeSetParams_v11010 cuGraphExecChildGraphNodeSetParams = nullptr;
+  PFN_cuGraphDestroy_v10000 cuGraphDestroy = nullptr;
+  PFN_cuGraphExecDestroy_v10000 cuGraphExecDestroy = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional

@@ -66,8 +66,12 @@ ContextState* serving_context() {
 }
 
 // kSuccess when the cache served; otherwise the caller asks cudart.
+// During a graph capture cudart is asked: it reaches the hooked driver
+// calls, which hold or refuse as the driver would (capture_owned.h), and
+// keeps its own error state exact.  Likewise for the frees below.
 Status try_alloc(void** out, size_t size, StreamId stream) {
   if (out == nullptr || size == 0) return kInvalidValue;
+  if (capture_in_flight()) [[unlikely]] return kNotOwned;
   ContextState* ctx = serving_context();
   if (ctx == nullptr) return kNotOwned;
   settle_deferred_frees(*ctx);
@@ -78,7 +82,7 @@ Status try_alloc(void** out, size_t size, StreamId stream) {
 }
 
 bool try_free(void* ptr) {
-  ContextState* ctx = ptr != nullptr ? serving_context() : nullptr;
+  ContextState* ctx = ptr != nullptr && !capture_in_flight() ? serving_context() : nullptr;
   if (ctx == nullptr) return false;
   auto p = reinterpret_cast<DevicePtr>(ptr);
   return free_by_rule(*ctx, p, choose_free_rule(ctx->free_sync(), *ctx)) == kSuccess;
@@ -95,8 +99,8 @@ Status try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {
 // A capture in flight on `s`: cudart's own path (the hooked cuMemFreeAsync)
 // gives the driver's answer.
 bool try_free_async(void* ptr, cudaStream_t s, bool ptsz) {
-  ContextState* ctx = ptr != nullptr ? serving_context() : nullptr;
-  if (ctx == nullptr || stream_is_capturing(reinterpret_cast<CUstream>(s), ptsz)) return false;
+  ContextState* ctx = ptr != nullptr && !capture_in_flight() ? serving_context() : nullptr;
+  if (ctx == nullptr) return false;
   auto p = reinterpret_cast<DevicePtr>(ptr);
   const StreamId id = stream_id(reinterpret_cast<CUstream>(s), ptsz);
   ctx->note_stream(id, false);  // blocking or not, this free waits on `s` itself

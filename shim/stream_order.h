@@ -30,14 +30,12 @@
 //     (cuCtxRecordEvent), or where the driver lacks it one event on the
 //     legacy stream (ordered after every blocking stream, per-thread ones
 //     included) plus one on each busy non-blocking stream (cuda_backend.cpp).
-// (3) Once frees during a capture are held for the capture's graphs (issue
-//     34 item 2: core/owner_ledger.cpp; the shim's graph registry is NOT
-//     wired yet on this branch), every block reusable at once was freed
-//     before the earliest capture in flight in this context began.  Until
-//     then a plain free during a relaxed capture in a serial context is
-//     still reused at once, and a stream noted later in the capture is
-//     ordered only after work enqueued before the begin.  At that
-//     begin (the hook runs before the real begin, under the capture gate),
+// (3) Frees during a capture are held for the capture's graphs (issue 34
+//     item 2: core/owner_ledger.cpp, graph_owners.h, capture_owned.h), so
+//     every block reusable at once was freed before the earliest capture in
+//     flight in this context began, and a stream noted later in the
+//     capture need only be ordered after work enqueued before the begin.
+//     At that begin (the hook runs before the real begin, under the capture gate),
 //     while the context is serial and no other capture is in flight in it
 //     and no strict capture anywhere, an event is recorded on the legacy
 //     stream: it covers the last uses of all those blocks.  A stream noted

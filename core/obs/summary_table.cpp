@@ -101,6 +101,11 @@ std::string device_table(int device, const DeviceStats& s) {
     out += rule('-');
     stat_row(out, name, *stat, *stat, format_count);
   }
+  // Not in PyTorch's table: blocks freed during graph captures, kept until
+  // every graph made from the capture is destroyed (shim/graph_owners.h).
+  // A program whose graphs live until exit still holds them here.
+  out += rule('-');
+  stat_row(out, "Capture-held memory", s.capture_held_bytes, s.capture_held_bytes, format_size);
   out += rule('=');
   return out;
 }

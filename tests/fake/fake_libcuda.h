@@ -84,6 +84,10 @@ struct fake_cuda_stats_t {
    * been completed by a synchronization: on a GPU, a kernel still using
    * those pages would fault (cuMemUnmap does not wait as cuMemFree does). */
   unsigned long vm_unmap_in_flight;
+  /* Graphs (fake_graphs.c) and the calls a capture forbids. */
+  unsigned long capture_refusals;   /* cuMemAlloc_v2/cuMemFree_v2 refused as unsafe during a capture */
+  unsigned long live_graphs;        /* made by end-capture, clone; not destroyed */
+  unsigned long live_execs;         /* instantiated, not destroyed */
 };
 
 /* Copies the counters. */

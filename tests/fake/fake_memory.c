@@ -130,6 +130,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t size) {
   fake_lock();
   fake_init_once();
   CUresult r = fake_fault(FAULT_MEM_ALLOC);
+  if (r == CUDA_SUCCESS && fake_capture_forbids_unsafe_call()) r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (r == CUDA_SUCCESS) {
     r = add_allocation(out, size, 1);
     if (r == CUDA_SUCCESS) fake.stats.mem_alloc++;
@@ -142,7 +143,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t size) {
 EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   if (ptr == 0) return CUDA_SUCCESS;
   fake_lock();
-  CUresult r = remove_allocation(ptr);
+  CUresult r = fake_capture_forbids_unsafe_call() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : remove_allocation(ptr);
   if (r == CUDA_SUCCESS) fake.stats.mem_free++;
   fake_unlock();
   return r;

@@ -72,6 +72,15 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t size, CUstream s);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream s);
 CUresult cuIpcOpenMemHandle(CUdeviceptr* out, CUipcMemHandle h, unsigned int flags);
+/* fake_graphs.c: names cuda.h maps to their newest ABI */
+#undef cuGraphInstantiate
+#undef cuGraphExecUpdate
+#undef cuGraphAddNode
+CUresult cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n);
+CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p);
+CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode* err, CUgraphExecUpdateResult* res);
+CUresult cuGraphAddNode(CUgraphNode* node, CUgraph parent, const CUgraphNode* deps, size_t n, CUgraphNodeParams* p);
 /* fake_more_work.c */
 CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n);
 CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n);
@@ -200,6 +209,24 @@ static const struct proc_entry proc_table[] = {
   PROC("cuLaunchGridAsync", 2000, 0, cuLaunchGridAsync),
   PROC("cuFutureWork", 13050, 1, cuFutureWork_ptsz),
   PROC("cuFutureWork", 13050, 0, cuFutureWork),
+  PROC("cuThreadExchangeStreamCaptureMode", 10010, 0, cuThreadExchangeStreamCaptureMode),
+  PROC("cuGraphCreate", 10000, 0, cuGraphCreate),
+  PROC("cuGraphClone", 10000, 0, cuGraphClone),
+  PROC("cuGraphDestroy", 10000, 0, cuGraphDestroy),
+  PROC("cuGraphAddChildGraphNode", 10000, 0, cuGraphAddChildGraphNode),
+  PROC("cuGraphAddNode", 12030, 0, cuGraphAddNode_v2),
+  PROC("cuGraphAddNode", 12020, 0, cuGraphAddNode),
+  PROC("cuGraphInstantiate", 12000, 0, cuGraphInstantiateWithFlags),
+  PROC("cuGraphInstantiate", 11000, 0, cuGraphInstantiate_v2),
+  PROC("cuGraphInstantiate", 10000, 0, cuGraphInstantiate),
+  PROC("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
+  PROC("cuGraphInstantiateWithParams", 12000, 1, cuGraphInstantiateWithParams_ptsz),
+  PROC("cuGraphInstantiateWithParams", 12000, 0, cuGraphInstantiateWithParams),
+  PROC("cuGraphExecUpdate", 12000, 0, cuGraphExecUpdate_v2),
+  PROC("cuGraphExecUpdate", 10020, 0, cuGraphExecUpdate),
+  PROC("cuGraphExecChildGraphNodeSetParams", 11010, 0, cuGraphExecChildGraphNodeSetParams),
+  PROC("cuGraphExecDestroy", 10000, 0, cuGraphExecDestroy),
+  PROC("cuGraphLaunch", 10000, 0, cuGraphLaunch),
   PROC("cuGetErrorName", 6000, 0, cuGetErrorName),
   PROC("cuGetErrorString", 6000, 0, cuGetErrorString),
 };

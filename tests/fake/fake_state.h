@@ -12,6 +12,7 @@
  *   fake_host.c      page-locked host memory (cuMemHostAlloc, cuMemHostRegister);
  *                    small allocations share 2 MiB chunks, as the driver's do
  *   fake_vm.c        virtual memory (reservations, cuMemCreate, maps, access)
+ *   fake_graphs.c    graphs, executable graphs, capture modes and what they forbid
  *   fake_proc.c      cuGetProcAddress, error names, the test controls
  * Nothing here is exported: the library is built with hidden visibility and
  * only EXPORT symbols (the driver API and fake_cuda_*) leave it.  Every
@@ -77,6 +78,8 @@ struct CUstream_st {
   unsigned launched_epoch;   /* ... at this epoch: running until it moves */
   int capturing;
   int capture_global;        /* the capture is in global mode */
+  CUstreamCaptureMode capture_mode;
+  pthread_t capture_thread;  /* the thread that began it */
   int capture_invalidated;   /* an unsafe call was made during it */
   int blocking;              /* orders against the legacy stream */
   struct CUstream_st* next;  /* registry of created streams */
@@ -95,7 +98,10 @@ struct CUevent_st {
   unsigned generation;
   struct CUevent_st* next;   /* registry of live events (leak accounting) */
 };
-struct CUgraph_st { int unused; };
+/* Graphs and executable graphs (fake_graphs.c): never freed, so that a
+ * destroyed one is recognized (a call on it is CUDA_ERROR_INVALID_VALUE). */
+struct CUgraph_st { int dead; };
+struct CUgraphExec_st { int dead; };
 
 /* A 2 MiB mapping that small cuMemAllocs share (fake_chunks.c). */
 struct chunk {
@@ -221,6 +227,12 @@ FAKE_INTERNAL struct CUstream_st* fake_thread_stream(void);
 /* The head of fake.thread_streams (linked through thread_next). */
 FAKE_INTERNAL struct CUstream_st* fake_first_thread_stream(void);
 FAKE_INTERNAL void fake_invalidate_global_captures(void);
+/* A "potentially unsafe" call (cuMemAlloc, cuMemFree) now, from this
+ * thread: 1 when a capture forbids it, which invalidates that capture, as
+ * the driver does (fake_graphs.c; lock held). */
+FAKE_INTERNAL int fake_capture_forbids_unsafe_call(void);
+/* A new graph, as end-capture returns it (lock held). */
+FAKE_INTERNAL struct CUgraph_st* fake_new_graph(void);
 /* Whether a kernel launched on a held stream may still run (lock held). */
 FAKE_INTERNAL int fake_kernels_in_flight(void);
 

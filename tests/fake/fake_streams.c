@@ -14,8 +14,6 @@
 
 #include "fake_state.h"
 
-static struct CUgraph_st the_graph;
-
 static int event_dead(const struct CUevent_st* e) { return !fake_ctx_live(e->ctx, e->generation); }
 static int stream_dead(const struct CUstream_st* s) { return !fake_ctx_live(s->ctx, s->generation); }
 
@@ -177,6 +175,8 @@ static CUresult begin_capture(CUstream s, CUstreamCaptureMode m, int ptsz) {
   fake_lock();
   st->capturing = 1;
   st->capture_global = m == CU_STREAM_CAPTURE_MODE_GLOBAL;
+  st->capture_mode = m;
+  st->capture_thread = pthread_self();
   st->capture_invalidated = 0;
   void (*hook)(void*) = fake.on_begin_capture;
   void* arg = fake.on_begin_capture_arg;
@@ -192,10 +192,11 @@ static CUresult end_capture(CUstream s, CUgraph* g, int ptsz) {
   fake_lock();
   int was = st->capturing, invalidated = st->capture_invalidated;
   st->capturing = 0;
+  struct CUgraph_st* graph = was && !invalidated && g ? fake_new_graph() : NULL;
   fake_unlock();
   if (!was) return CUDA_ERROR_ILLEGAL_STATE;
   if (invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  if (g) *g = &the_graph;
+  if (g) *g = graph;
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) { return end_capture(s, g, 0); }

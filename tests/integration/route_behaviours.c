@@ -635,14 +635,21 @@ static int capture(void) {
 }
 
 /* During a global-mode capture the cache must not query events (an unsafe
- * call that would invalidate the capture): pending frees wait for its end. */
+ * call that would invalidate the capture): pending frees wait for its end.
+ * The cache is warm (growing it takes a cuMemAlloc, which the capture
+ * forbids), and p, allocated and freed during the capture, is the graph's
+ * until the graph is destroyed. */
 static int capture_global(void) {
   CUstream s1, s2, s3;
   CUgraph g;
-  CUdeviceptr p = 0, q = 0, r = 0;
+  CUdeviceptr p = 0, q = 0, r = 0, w[2];
+  CUresult (*graph_destroy)(CUgraph) = (CUresult(*)(CUgraph))A->entry("cuGraphDestroy", 10000, 0, "cuGraphDestroy");
+  CHECK(graph_destroy != NULL);
   CHECK_CU(A->stream_create(&s1, 0));
   CHECK_CU(A->stream_create(&s2, 0));
   CHECK_CU(A->stream_create(&s3, 0));
+  for (int i = 0; i < 2; ++i) CHECK_CU(A->mem_alloc_async(&w[i], MiB, s2));
+  for (int i = 0; i < 2; ++i) CHECK_CU(A->mem_free_async(w[i], s2));
   CHECK_CU(A->begin_capture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CHECK_CU(A->mem_alloc_async(&p, MiB, s2));
   CHECK_CU(A->mem_free_async(p, s3)); /* waits for an event on s3 */
@@ -651,7 +658,11 @@ static int capture_global(void) {
   CHECK(stats().event_query == queries);
   CHECK(q != p);
   CHECK_CU(A->end_capture(s1, &g));
-  CHECK_CU(A->mem_alloc_async(&r, MiB, s2)); /* the event is queried now, p is back */
+  CHECK_CU(A->mem_alloc_async(&r, MiB, s2)); /* p is the graph's */
+  CHECK(r != p);
+  CHECK_CU(A->mem_free_async(r, s2));
+  CHECK_CU(graph_destroy(g));
+  CHECK_CU(A->mem_alloc_async(&r, MiB, s2)); /* the graph is gone: p is back, events queried now */
   CHECK(stats().event_query > queries);
   CHECK(r == p);
   return 0;
@@ -680,6 +691,10 @@ static int fence_during_capture(void) {
   }
   CHECK(stats().event_record == records && stats().ctx_sync == syncs);
   CHECK_CU(A->end_capture(s1, &g));
+  /* What the capture freed is its graph's until the graph is gone. */
+  CUresult (*graph_destroy)(CUgraph) = (CUresult(*)(CUgraph))A->entry("cuGraphDestroy", 10000, 0, "cuGraphDestroy");
+  CHECK(graph_destroy != NULL);
+  CHECK_CU(graph_destroy(g));
   CUdeviceptr c[2 * kChurn + 1];
   int found = 0;
   for (int i = 0; i < 2 * kChurn + 1; ++i) {
@@ -1073,6 +1088,7 @@ int run_behaviour(const char* route, const char* name, const struct cuda_api* ap
   if (run == NULL) run = thread_cache_behaviour(name);
   if (run == NULL) run = watch_behaviour(name);
   if (run == NULL) run = fork_behaviour(name);
+  if (run == NULL) run = graph_behaviour(name);
   if (run != NULL) {
     if (setup() != 0) return 1;
     return run();

@@ -97,6 +97,8 @@ behaviour_fn watch_behaviour(const char* name);
 behaviour_fn thread_cache_behaviour(const char* name);
 /* The forked-child behaviours (fork_behaviours.c), or NULL. */
 behaviour_fn fork_behaviour(const char* name);
+/* Blocks held for graph captures (graph_behaviours.c), or NULL. */
+behaviour_fn graph_behaviour(const char* name);
 
 /* Runs behaviour `name`; returns 0 pass, 77 skip, else fail (with a message
  * on stderr).  `route` names the route for messages. */

@@ -227,7 +227,13 @@ struct miss_thread {
 static void* miss_while_beginning(void* arg) {
   struct miss_thread* m = arg;
   CUdeviceptr q = 0;
-  m->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc(&q, MiB) == CUDA_SUCCESS &&
+  /* A bare cuMemAlloc during another thread's global capture is refused
+   * (and breaks it) unless this thread's mode is relaxed, as on a GPU. */
+  CUresult (*exchange)(CUstreamCaptureMode*) = (CUresult(*)(CUstreamCaptureMode*))A->entry(
+      "cuThreadExchangeStreamCaptureMode", 10010, 0, "cuThreadExchangeStreamCaptureMode");
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  m->ok = exchange != NULL && exchange(&mode) == CUDA_SUCCESS && A->ctx_set_current(g_ctx) == CUDA_SUCCESS &&
+          A->mem_alloc(&q, MiB) == CUDA_SUCCESS &&
           A->mem_free(q) == CUDA_SUCCESS;
   return NULL;
 }

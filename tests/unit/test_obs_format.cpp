@@ -65,7 +65,7 @@ TEST_CASE("format_count matches PyTorch's _format_count", "[obs][format]") {
 TEST_CASE("device table has memory_summary's layout", "[obs][format]") {
   std::string table = device_table(3, sample_stats());
   auto lines = lines_of(table);
-  REQUIRE(lines.size() == 47);  // 6 header lines, 9 metrics x 4, 2 oversize x 2, closing rule
+  REQUIRE(lines.size() == 49);  // 6 header lines, 9 metrics x 4, 2 oversize x 2, capture-held x 2, closing rule
   for (const auto& l : lines) {
     INFO(l);
     CHECK(l.size() == 77);
@@ -86,7 +86,9 @@ TEST_CASE("device table has memory_summary's layout", "[obs][format]") {
   CHECK(lines[43] == "| Oversize allocations  |       1    |       1    |       1    |       0    |");
   CHECK(lines[42] == lines[2]);
   CHECK(lines[44] == lines[2]);
-  CHECK(lines[46] == "|" + std::string(75, '=') + "|");
+  CHECK(lines[46] == lines[2]);
+  CHECK(lines[47].substr(0, 25) == "| Capture-held memory   |");  // not PyTorch's: graph_owners.h
+  CHECK(lines[48] == "|" + std::string(75, '=') + "|");
   // Row order is memory_summary()'s.
   const char* names[] = {"Allocated memory", "Active memory", "Requested memory", "GPU reserved memory",
                          "Non-releasable memory", "Allocations", "Active allocs", "GPU reserved segments",
