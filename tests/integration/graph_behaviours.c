@@ -120,6 +120,7 @@ static int held_until_gone(enum how how, enum life life) {
   CHECK(!meets(p, MiB)); /* not even during the capture */
   CHECK_CU(A->end_capture(s, &g));
   if (how == ALLOCATED_IN_CAPTURE) CHECK_CU(A->mem_free(p)); /* freed after: the graph still replays it */
+  CHECK(!meets(p, MiB)); /* the graph lives: its addresses are not anyone else's */
   CHECK(capture_held_bytes() >= (long long)MiB);
   CHECK(valid());
   /* What keeps it, and the handles whose destruction must not free it. */
