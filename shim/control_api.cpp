@@ -61,6 +61,7 @@ enum class Need {
 
 // 0 when a call of kind `need` may run now; never initializes the process state.
 int check_state(Need need) {
+  if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the registry's lock
   if (all_context_states().empty()) return CACHALLOC_ERROR_NOT_INITIALIZED;
   const Mode m = current_mode();  // decided already: a state exists
   if (m == Mode::passive) check_primary_contexts();  // no hook saw a reset: retire a destroyed context's cache first
@@ -286,6 +287,7 @@ CACHALLOC_EXPORT int cachalloc_summary(int device, char* buf, size_t len) {
 CACHALLOC_EXPORT int cachalloc_set_memory_fraction(double fraction, int device) {
   return guarded([&] {
     if (!(fraction > 0.0 && fraction <= 1.0) || device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
+    if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;
     if (!all_context_states().empty()) {
       const Mode m = current_mode();  // decided already: a state exists
       if (!caching(m) && m != Mode::exiting) return CACHALLOC_ERROR_NOT_INITIALIZED;

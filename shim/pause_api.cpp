@@ -50,6 +50,7 @@ bool tags_named(const char* name, std::vector<TagId>* out) {
 // Runs pause or resume of `name` in every live context; the first error is
 // returned, the other contexts are still handled (each stays consistent).
 int pause_or_resume(const char* name, bool pause) {
+  if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
   std::vector<TagId> ids;
   if (!tags_named(name, &ids)) return CACHALLOC_ERROR_INVALID_VALUE;
   if (!caching(current_mode())) return CACHALLOC_SUCCESS;  // nothing served, nothing to do
@@ -95,6 +96,7 @@ using namespace cachalloc::shim;
 
 CACHALLOC_EXPORT int cachalloc_set_tag(const char* tag) {
   return guarded([&] {
+    if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag) return CACHALLOC_ERROR_INVALID_VALUE;
     set_thread_tag(id);
@@ -104,6 +106,7 @@ CACHALLOC_EXPORT int cachalloc_set_tag(const char* tag) {
 
 CACHALLOC_EXPORT int cachalloc_get_tag(char* buf, size_t len) {
   return guarded([&] {
+    if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const std::string name = tag_name(current_tag());
     if (buf == nullptr || len == 0) return CACHALLOC_ERROR_INVALID_VALUE;
     const std::size_t n = std::min(len - 1, name.size());
@@ -115,6 +118,7 @@ CACHALLOC_EXPORT int cachalloc_get_tag(char* buf, size_t len) {
 
 CACHALLOC_EXPORT int cachalloc_set_tag_backup(const char* tag, int enable) {
   return guarded([&] {
+    if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag || id == kUntagged) return CACHALLOC_ERROR_INVALID_VALUE;
     if (enable < CACHALLOC_BACKUP_NONE || enable > CACHALLOC_BACKUP_DISK) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -133,6 +137,7 @@ CACHALLOC_EXPORT int cachalloc_resume(const char* tag) {
 
 CACHALLOC_EXPORT int cachalloc_tag_paused(const char* tag) {
   return guarded([&] {
+    if (in_forked_child()) return -CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag || id == kUntagged) return -CACHALLOC_ERROR_INVALID_VALUE;
     for (ContextState* s : live_states())

@@ -42,6 +42,9 @@ inline Mode current_mode() {
   return detail::initialize_mode();
 }
 inline bool serving(Mode m) { return m == Mode::active; }
+// A child of fork(): the control and tag APIs answer at once, before any
+// lock (one a parent thread held at the fork would never be released).
+inline bool in_forked_child() { return detail::g_mode.load(std::memory_order_relaxed) == Mode::forked; }
 
 // The cached pair's entry points (driver_ops.cpp) ask one word instead of
 // the mode and the wrapper timing: true only while the mode is active and

@@ -23,6 +23,7 @@
  * LeakSanitizer's exit check in a child reports the memory of threads that
  * do not exist there. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -254,6 +255,47 @@ static int tc_fork_exit(void) {
   return 0;
 }
 
+/* The control and tag APIs in a child: each answers "not initialized" at
+ * once, before any lock (a registry's or the tags' lock that a parent
+ * thread held at the fork would never be released there), and leaves the
+ * parent's state alone.  The child reports through its exit status. */
+static int fork_control_api(void) {
+  int (*set_tag)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "cachalloc_set_tag");
+  int (*tag_paused)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "cachalloc_tag_paused");
+  int (*pause)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "cachalloc_pause");
+  int (*empty_cache)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "cachalloc_empty_cache");
+  int (*set_fraction)(double, int) = (int (*)(double, int))dlsym(RTLD_DEFAULT, "cachalloc_set_memory_fraction");
+  int (*validate)(char*, size_t) = (int (*)(char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_validate");
+  CHECK(set_tag && tag_paused && pause && empty_cache && set_fraction && validate);
+  CUdeviceptr p = 0;
+  CHECK_CU(A->mem_alloc(&p, 1 << 20)); /* the parent is serving */
+  CHECK(set_tag("weights") == 0);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    const int not_initialized = 3; /* CACHALLOC_ERROR_NOT_INITIALIZED */
+    int bad = 0;
+    bad |= (set_tag("kv") != not_initialized) << 0;
+    bad |= (tag_paused("weights") != -not_initialized) << 1;
+    bad |= (pause("weights") != not_initialized) << 2;
+    bad |= (empty_cache(-1) != not_initialized) << 3;
+    bad |= (set_fraction(0.5, -1) != not_initialized) << 4;
+    bad |= (validate(NULL, 0) != not_initialized) << 5;
+    _exit(bad);
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fprintf(stderr, "[%s] the child's control calls that did not answer 'not initialized': mask %#x\n", g_route,
+            WIFEXITED(status) ? WEXITSTATUS(status) : 0xff);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(set_tag("") == 0);
+  CHECK_CU(A->mem_free(p));
+  return 0;
+}
+
 behaviour_fn fork_behaviour(const char* name) {
-  return strcmp(name, "tc_fork_exit") == 0 ? tc_fork_exit : NULL;
+  if (strcmp(name, "tc_fork_exit") == 0) return tc_fork_exit;
+  if (strcmp(name, "fork_control_api") == 0) return fork_control_api;
+  return NULL;
 }
