@@ -17,8 +17,8 @@
 // every word of every block it filled.
 //
 // Usage: graph_capture_temporaries [replays]   (default 300)
-// Prints one line per part and "0 wrong words" at the end; exit 1 on any
-// wrong word or CUDA error.
+// Prints one line per part, "N wrong words" and "graph_capture_temporaries:
+// PASS|FAIL" at the end; exit 1 on any wrong word or CUDA error.
 #include <dlfcn.h>
 
 #include <atomic>
@@ -147,8 +147,10 @@ int main(int argc, char** argv) {
   std::printf("workers: %d threads, %ld blocks, %llu wrong words\n", kWorkers, total_blocks, worker_wrong);
   const unsigned long long total = wrong[0] + worker_wrong;
   std::printf("%llu wrong words, %d CUDA errors\n", total, examples::g_failures.load());
+  const bool pass = total == 0 && examples::g_failures.load() == 0;
+  std::printf("graph_capture_temporaries: %s\n", pass ? "PASS" : "FAIL");
   CK(cudaFree(wrong));
   CK(cudaFree(in));
   CK(cudaFree(out));
-  return total == 0 && examples::g_failures.load() == 0 ? 0 : 1;
+  return pass ? 0 : 1;
 }
