@@ -87,6 +87,10 @@ struct fake_cuda_stats_t stats(void);
 
 typedef int (*behaviour_fn)(void);
 /* The stream-order behaviours (stream_order_behaviours.c) by name, or NULL. */
+/* Frees p while the held per-thread stream may still use it and checks that
+ * the next allocation of `size` is not p unless something waited; then
+ * releases the stream and frees the new block (0: passed). */
+int freed_block_waits_for_per_thread(CUdeviceptr p, size_t size);
 behaviour_fn stream_order_behaviour(const char* name);
 /* The pinned host memory behaviours (host_behaviours.c) by name, or NULL. */
 behaviour_fn host_behaviour(const char* name);

@@ -27,24 +27,33 @@ static CUresult launch_per_thread(int via_ptsz) {
                   : A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL);
 }
 
+/* p is freed while the work on the per-thread stream P (held busy) may
+ * still use it; the next allocation of that size must not be p unless
+ * something waited for P.  Then P is released and the new block freed. */
+int freed_block_waits_for_per_thread(CUdeviceptr p, size_t size) {
+  CUdeviceptr q = 0;
+  const unsigned long waits = stats().event_sync, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, size));
+  CHECK(q != p || stats().event_sync > waits || stats().ctx_sync > syncs);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+
 /* One thread, one created blocking stream s, and the thread's per-thread
  * stream P: two blocking streams, not ordered with each other.  A kernel on
  * P still writes p when p is freed; the next allocation of that size, which
  * the program fills on s, must not be p until something waited for P. */
 static int per_thread_beside_blocking(int via_ptsz) {
   CUstream s;
-  CUdeviceptr p = 0, q = 0;
+  CUdeviceptr p = 0;
   CHECK_CU(A->stream_create(&s, 0)); /* the one blocking stream: still one sequence */
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(launch_per_thread(via_ptsz)); /* the kernel that writes p, on P */
   CHECK(stats().per_thread_launches == 1);
   A->fake_hold(CU_STREAM_PER_THREAD, 1); /* ...and still runs */
-  const unsigned long waits = stats().event_sync, syncs = stats().ctx_sync;
-  CHECK_CU(A->mem_free(p));
-  CHECK_CU(A->mem_alloc(&q, MiB));
-  CHECK(q != p || stats().event_sync > waits || stats().ctx_sync > syncs);
-  A->fake_hold(CU_STREAM_PER_THREAD, 0);
-  CHECK_CU(A->mem_free(q));
+  if (freed_block_waits_for_per_thread(p, MiB) != 0) return 1;
   CHECK_CU(A->stream_destroy(s));
   return 0;
 }
@@ -359,7 +368,7 @@ static int ptsz_launch_during_capture(void) {
   CUstream s;
   CUgraph g;
   CUevent e;
-  CUdeviceptr p = 0, q = 0, r = 0;
+  CUdeviceptr p = 0, r = 0;
   CHECK_CU(A->stream_create(&s, 0)); /* the one blocking stream: still one sequence */
   CHECK_CU(A->mem_alloc(&r, MiB));
   CHECK_CU(A->mem_alloc(&p, MiB));
@@ -378,12 +387,7 @@ static int ptsz_launch_during_capture(void) {
   A->fake_hold(CU_STREAM_PER_THREAD, 1); /* P's kernel still reads p */
   CHECK_CU(A->end_capture(s, &g));
   CHECK(stats().capture_invalidations == 0);
-  const unsigned long event_waits = stats().event_sync, syncs = stats().ctx_sync;
-  CHECK_CU(A->mem_free(p));
-  CHECK_CU(A->mem_alloc(&q, MiB));
-  CHECK(q != p || stats().event_sync > event_waits || stats().ctx_sync > syncs);
-  A->fake_hold(CU_STREAM_PER_THREAD, 0);
-  CHECK_CU(A->mem_free(q));
+  if (freed_block_waits_for_per_thread(p, MiB) != 0) return 1;
   CHECK_CU(A->stream_destroy(s));
   return 0;
 }
@@ -396,7 +400,7 @@ static int ptsz_launch_during_other_context_capture(void) {
   CUcontext other;
   CUstream s, t;
   CUgraph g;
-  CUdeviceptr p = 0, q = 0;
+  CUdeviceptr p = 0;
   CHECK(create != NULL);
   CHECK_CU(create(&other, 0, 0)); /* current now */
   CHECK_CU(A->stream_create(&t, 0));
@@ -406,12 +410,7 @@ static int ptsz_launch_during_other_context_capture(void) {
   CHECK_CU(A->mem_alloc(&p, MiB));
   CHECK_CU(launch_per_thread(1)); /* P reads p */
   A->fake_hold(CU_STREAM_PER_THREAD, 1);
-  const unsigned long event_waits = stats().event_sync, syncs = stats().ctx_sync;
-  CHECK_CU(A->mem_free(p));
-  CHECK_CU(A->mem_alloc(&q, MiB));
-  CHECK(q != p || stats().event_sync > event_waits || stats().ctx_sync > syncs);
-  A->fake_hold(CU_STREAM_PER_THREAD, 0);
-  CHECK_CU(A->mem_free(q));
+  if (freed_block_waits_for_per_thread(p, MiB) != 0) return 1;
   CHECK_CU(A->ctx_set_current(other));
   CHECK_CU(A->end_capture(t, &g));
   CHECK(stats().capture_invalidations == 0);
