@@ -69,7 +69,7 @@ struct alignas(64) Block {
   std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
   // Links of the free-block bin (free_index.h) while in_pool; of the
-  // deferred-free list or a fence's batch while deferred (fence_queue.h).
+  // deferred-free list or a fence's batch while deferred (fence_path.cpp).
   Block* free_prev = nullptr;
   Block* free_next = nullptr;
   bool in_pool = false;

@@ -4,7 +4,7 @@
 // allocator's DeviceBackend: page-locked allocations with their flags, and
 // fences that say when every copy enqueued before them, on any stream that
 // may touch host memory, has completed.  The shim implements it with
-// cuMemHostAlloc/cuMemFreeHost and events (shim/host_backend.cpp); the unit
+// cuMemHostAlloc/cuMemFreeHost and events (shim/cuda_host_backend.cpp); the unit
 // tests with malloc and scripted fences (tests/unit/test_host_cache.cpp).
 // No method may throw.
 #pragma once
