@@ -59,6 +59,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
   obs::ProcessReport report;
   try {
     report.config = shim::config();
+    report.config_errors = shim::config_errors();
     report.pid = static_cast<int>(getpid());
     report.command_line = shim::command_line();
     for (shim::ContextState* ctx : shim::all_context_states()) {

@@ -131,4 +131,46 @@ if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
     || fail "read-only log_file: $(grep 'log_file' "$dir/err.txt")"
 fi
 grep -q 'error\] CUDA out of memory' "$dir/err.txt" || fail "bad log_file: report lost"
+
+# issue 37: a bad key costs only itself.  The typo and a PyTorch-only key
+# are reported at start-up, the good keys apply (the dump is written, the
+# cache serves), and the dump and the table list them as config_errors.
+run "stats:$dir/bad-conf.json,expandable_segment:true, backend:native,max_split_size_mb:3" exit ||
+  fail "bad conf: exited $?"
+grep -qx done "$dir/out.txt" || fail "bad conf: program output lost"
+grep -q "unknown key 'expandable_segment' (did you mean 'expandable_segments'?)" "$dir/err.txt" ||
+  { cat "$dir/err.txt"; fail "bad conf: the typo was not reported"; }
+grep -q "backend: ignored (PyTorch-only)" "$dir/err.txt" || fail "bad conf: backend not reported as PyTorch-only"
+grep -q "disabled" "$dir/err.txt" && fail "bad conf: cachalloc still disables itself"
+[ -f "$dir/bad-conf.json" ] || { cat "$dir/err.txt"; fail "bad conf: the requested dump was not written"; }
+check_dump "$dir/bad-conf.json"
+python3 - "$dir/bad-conf.json" <<'PY' || fail "bad conf: config_errors"
+import json, sys
+d = json.load(open(sys.argv[1]))
+e = d["config_errors"]
+assert len(e) == 3, e
+assert "expandable_segment'" in e[0] and "PyTorch-only" in e[1] and "max_split_size_mb: '3'" in e[2], e
+assert "CACHALLOC_CONF items not applied (3):" in d["summary_table"], d["summary_table"]
+assert d["interposer"]["calls"]["cuMemAlloc_v2"] > 0
+PY
+run "stats:$dir/good.json" exit || fail "good conf: exited $?"
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['config_errors'] == []" "$dir/good.json" ||
+  fail "good conf: config_errors not an empty list"
+# log_level:off does not hide them; log_file: takes them
+run "log_level:off,bogus:1" exit || fail "bad conf/off: exited $?"
+grep -q "unknown key 'bogus'" "$dir/err.txt" || fail "bad conf/off: not reported"
+run "log_file:$dir/conf-log.txt,bogus:1" exit || fail "bad conf/log_file: exited $?"
+grep -q "unknown key 'bogus'" "$dir/conf-log.txt" || fail "bad conf/log_file: not in the log"
+
+# strict: exit status 1 before the program runs (at load, before main)
+run "strict:true,bogus:1" nocuda
+rc=$?
+[ "$rc" -eq 1 ] || fail "strict: exit status $rc, expected 1"
+[ ! -s "$dir/out.txt" ] || fail "strict: the program ran"
+grep -q "unknown key 'bogus'" "$dir/err.txt" && grep -q "strict: exiting with status 1" "$dir/err.txt" ||
+  fail "strict: message: $(cat "$dir/err.txt")"
+(CACHALLOC_STRICT=1; export CACHALLOC_STRICT; run "backend:native" nocuda)
+[ $? -eq 1 ] || fail "CACHALLOC_STRICT=1: expected exit status 1"
+run "strict:true,stats:$dir/strict-ok.json" exit || fail "strict, good conf: exited $?"
+[ -f "$dir/strict-ok.json" ] || fail "strict, good conf: no dump"
 echo ok
