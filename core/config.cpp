@@ -506,17 +506,6 @@ std::string parse_config(std::string_view text, Config* out) {
   return "";
 }
 
-std::vector<std::string> config_keys(std::string_view text) {
-  std::vector<std::string> keys;
-  for (std::string_view item : split_items(text)) {
-    item = trim(item);
-    const auto colon = item.find(':');
-    if (item.empty() || colon == std::string_view::npos) continue;
-    keys.push_back(strip_all_space(item.substr(0, colon)));
-  }
-  return keys;
-}
-
 std::string Config::to_string() const {
   std::string out;
   append(out, "max_split_size_mb",

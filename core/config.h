@@ -134,9 +134,4 @@ std::string parse_config(std::string_view text, Config* out);
 // What the shim uses: a typo costs its own key, never the others.
 std::vector<std::string> apply_config(std::string_view text, Config* out);
 
-// The key of a "key:value" item as the parser reads it ("" if none), for
-// tools that ask whether a text names a key (the launcher, via the shim's
-// --check-conf mode) without parsing it again in shell.
-std::vector<std::string> config_keys(std::string_view text);
-
 }  // namespace cachalloc

@@ -537,10 +537,3 @@ TEST_CASE("strict: a key of its own, printed back", "[config]") {
   CHECK(parse_ok("strict:true").to_string().find("strict:true") != std::string::npos);
   CHECK(parse_ok("strict:false").to_string().find("strict") == std::string::npos);
 }
-
-TEST_CASE("config_keys: the keys a text names, as the parser splits it", "[config]") {
-  CHECK(config_keys("stats:/tmp/a.json, expandable_segments:false") ==
-        std::vector<std::string>{"stats", "expandable_segments"});
-  CHECK(config_keys("roundup_power2_divisions:[256:1,>:4] ,\texpandable_segments :x,nocolon") ==
-        std::vector<std::string>{"roundup_power2_divisions", "expandable_segments"});
-}
