@@ -117,6 +117,17 @@ void initialize() {
   // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
   // pluggable ABI and the control API do (load_mode.h).
   const Mode m = interception_wanted() ? Mode::active : Mode::passive;
+  // log_level:info and below: one line that says cachalloc runs, which
+  // version, by which route and with what (issue 37: nothing else says so
+  // unless statistics are on).
+  if (obs::logger().should_log(LogLevel::info)) {
+    const std::size_t bad = config_errors_storage().size();
+    obs::logger().info("cachalloc {} active: route {}; configuration: {}{}", CACHALLOC_VERSION_STRING,
+                       m == Mode::active ? "preload (LD_PRELOAD: the hooks serve the program's CUDA allocations)"
+                                         : "pluggable (dlopen'ed: the pluggable allocator ABI and the control API serve)",
+                       config_storage().to_string(),
+                       bad == 0 ? std::string() : " (" + std::to_string(bad) + " CACHALLOC_CONF item(s) not applied)");
+  }
   g_mode.store(m, std::memory_order_release);
   if (m == Mode::active && g_time_wrappers.load(std::memory_order_relaxed) == 0)
     detail::g_fast_lane.store(true, std::memory_order_release);

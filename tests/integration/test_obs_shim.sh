@@ -162,6 +162,16 @@ grep -q "unknown key 'bogus'" "$dir/err.txt" || fail "bad conf/off: not reported
 run "log_file:$dir/conf-log.txt,bogus:1" exit || fail "bad conf/log_file: exited $?"
 grep -q "unknown key 'bogus'" "$dir/conf-log.txt" || fail "bad conf/log_file: not in the log"
 
+# log_level:info: one line at start-up says cachalloc is active, its
+# version, its route and the configuration it runs with
+run "log_level:info,max_split_size_mb:64" exit || fail "info: exited $?"
+[ "$(grep -c '\] cachalloc [0-9][^ ]* active: route preload' "$dir/err.txt")" -eq 1 ] ||
+  { cat "$dir/err.txt"; fail "info: no start-up line"; }
+grep '\] cachalloc [0-9][^ ]* active' "$dir/err.txt" | grep -q 'configuration: max_split_size_mb:64,' ||
+  fail "info: the start-up line lacks the configuration"
+run "" exit || fail "warn: exited $?"
+grep -q 'active: route' "$dir/err.txt" && fail "warn: the start-up line is printed at the default level"
+
 # strict: exit status 1 before the program runs (at load, before main)
 run "strict:true,bogus:1" nocuda
 rc=$?
