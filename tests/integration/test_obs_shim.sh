@@ -82,6 +82,14 @@ grep -q "^| *of which in [1-9][0-9]* driver calls  *[0-9.]* ms |$" "$dir/err.txt
 run "stats:$dir/missing-dir/stats.json" exit || fail "unwritable: exited $?"
 grep -qx done "$dir/out.txt" || fail "unwritable: program output lost"
 [ "$(grep -c 'cachalloc: warning: cannot write the stats dump' "$dir/err.txt")" -eq 1 ] || fail "unwritable: expected one warning"
+# issue 37: the reason is the true one (procfs answers ENOENT for a new
+# name in a directory that exists), and it is given at start-up too
+run "stats:/proc/cachalloc-x.json" exit || fail "/proc: exited $?"
+grep -q "does not exist" "$dir/err.txt" && fail "/proc: says the directory does not exist"
+grep -q "stats:/proc/cachalloc-x.json: a file cannot be created there now: directory /proc exists but does not allow creating files" \
+  "$dir/err.txt" || fail "/proc: no start-up warning: $(cat "$dir/err.txt")"
+grep -q "cannot write the stats dump to /proc/cachalloc-x.json: directory /proc exists" "$dir/err.txt" ||
+  fail "/proc: exit warning: $(cat "$dir/err.txt")"
 
 # trace: the allocations are on the timeline
 run "trace:$dir/trace.json" exit || fail "trace: exited $?"
@@ -171,6 +179,16 @@ grep '\] cachalloc [0-9][^ ]* active' "$dir/err.txt" | grep -q 'configuration: m
   fail "info: the start-up line lacks the configuration"
 run "" exit || fail "warn: exited $?"
 grep -q 'active: route' "$dir/err.txt" && fail "warn: the start-up line is printed at the default level"
+
+# log_file: the backtrace of a stream's first call goes to the log too, not
+# to stderr (issue 37)
+if [ -n "${ROUTE_LINKED:-}" ]; then
+  env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="log_level:debug,log_file:$dir/bt-log.txt" \
+    "$ROUTE_LINKED" ptsz_launch_beside_blocking > "$dir/out.txt" 2> "$dir/err.txt" || fail "backtrace: exited $?"
+  grep -q "the stream's first call came from:" "$dir/bt-log.txt" || fail "backtrace: no header in the log"
+  [ "$(grep -c 'libcachalloc' "$dir/bt-log.txt")" -ge 1 ] || fail "backtrace: no frames in the log"
+  [ ! -s "$dir/err.txt" ] || fail "backtrace: stderr not empty: $(head -3 "$dir/err.txt")"
+fi
 
 # strict: exit status 1 before the program runs (at load, before main)
 run "strict:true,bogus:1" nocuda
