@@ -77,6 +77,9 @@ bool strict_from_env() {
 // happens here, and nothing at all without strict.
 __attribute__((constructor)) void check_strict_at_load() {
   const char* text = std::getenv("CACHALLOC_CONF");
+  // No parse at all unless strict may be asked for (the first CUDA call
+  // checks again, so a spelling this misses still exits there).
+  if (!strict_from_env() && (text == nullptr || std::strstr(text, "strict") == nullptr)) return;
   Config c;
   const std::vector<std::string> errors = apply_config(text ? text : "", &c);
   if ((c.strict || strict_from_env()) && !errors.empty()) exit_strict(errors);
