@@ -185,6 +185,7 @@ bool set_bool(std::string_view v, bool& out) {
 }
 
 bool set_expandable_segments(std::string_view v, Config& c) { return set_bool(v, c.expandable_segments); }
+bool set_strict(std::string_view v, Config& c) { return set_bool(v, c.strict); }
 bool set_release_before_peak(std::string_view v, Config& c) { return set_bool(v, c.release_before_peak); }
 bool set_release_remap(std::string_view v, Config& c) { return set_bool(v, c.release_remap); }
 
@@ -297,7 +298,31 @@ constexpr KeyHandler kHandlers[] = {
     {"trace_max_entries", set_trace_max_entries, false, "an integer >= 1"},
     {"log_level", set_log_level, false, "one of trace, debug, info, warn, error, critical, off"},
     {"log_file", set_log_file, true, "a file path"},
+    {"strict", set_strict, false, "true or false"},
 };
+
+// Keys of PyTorch's CUDAAllocatorConfig / AcceleratorAllocatorConfig
+// (c10/cuda/CUDAAllocatorConfig.cpp, c10/core/AllocatorConfig.cpp) that
+// cachalloc has no key for: a configuration copied from
+// PYTORCH_CUDA_ALLOC_CONF names them, and they are reported as ignored,
+// not as typos.  (The keys both share are in kHandlers.)
+constexpr const char* kPyTorchOnlyKeys[] = {
+    "backend",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_num_register_threads",
+    "pinned_use_background_threads",
+    "pinned_reserve_segment_size_mb",
+    "graph_capture_record_stream_reuse",
+};
+
+bool is_pytorch_only_key(std::string_view key) {
+  for (const char* k : kPyTorchOnlyKeys)
+    if (key == k) return true;
+  return false;
+}
 
 const KeyHandler* find_handler(std::string_view key) {
   for (const KeyHandler& h : kHandlers)
@@ -412,6 +437,9 @@ std::string apply_item(std::string_view item, Config& config) {
   const std::string key = strip_all_space(item.substr(0, colon));
   if (key.empty() || key.find_first_of("[]") != std::string::npos) return malformed(item);
   const KeyHandler* h = find_handler(key);
+  if (!h && is_pytorch_only_key(key))
+    return "CACHALLOC_CONF: " + key + ": ignored (PyTorch-only): a key of PyTorch's own allocator that cachalloc "
+           "does not implement";
   if (!h) return unknown_key(key);
   const std::string value = h->is_path ? std::string(trim(item.substr(colon + 1)))
                                        : strip_all_space(item.substr(colon + 1));
@@ -448,13 +476,17 @@ void append(std::string& out, std::string_view key, std::string_view value) {
 
 }  // namespace
 
-std::string parse_config(std::string_view text, Config* out) {
+std::vector<std::string> apply_config(std::string_view text, Config* out) {
   Config parsed = *out;
+  std::vector<std::string> errors;
   bool wait_max_named = false;
   for (std::string_view item : split_items(text)) {
     if (trim(item).empty()) continue;  // "" and trailing commas are fine
     std::string error = apply_item(trim(item), parsed);
-    if (!error.empty()) return error;
+    if (!error.empty()) {
+      errors.push_back(std::move(error));
+      continue;
+    }
     wait_max_named = wait_max_named || lower(trim(item)).starts_with("fence_wait_max_mb");
   }
   // Expandable segments' default bound (config.h): only where the text
@@ -462,6 +494,14 @@ std::string parse_config(std::string_view text, Config* out) {
   if (parsed.expandable_segments && !out->expandable_segments && !wait_max_named &&
       parsed.fence_wait_max == Config::kFenceWaitMaxClassic)
     parsed.fence_wait_max = Config::kFenceWaitMaxExpandable;
+  *out = std::move(parsed);
+  return errors;
+}
+
+std::string parse_config(std::string_view text, Config* out) {
+  Config parsed = *out;
+  std::vector<std::string> errors = apply_config(text, &parsed);
+  if (!errors.empty()) return errors.front();
   *out = std::move(parsed);
   return "";
 }
@@ -500,6 +540,7 @@ std::string Config::to_string() const {
   append(out, "trace_max_entries", std::to_string(trace_max_entries));
   append(out, "log_level", kLogLevelNames[static_cast<int>(log_level)]);
   if (!log_file.empty()) append(out, "log_file", log_file);
+  if (strict) append(out, "strict", "true");
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "types.h"
 
@@ -113,13 +114,24 @@ struct Config {
   std::size_t trace_max_entries = 1u << 20;
   LogLevel log_level = LogLevel::warn;
   std::string log_file;              // "" = stderr
+  // A bad configuration (any message of apply_config) ends the process with
+  // status 1 at start-up instead of running with the good keys.  Also set
+  // by CACHALLOC_STRICT=1 (shim/process_state.cpp).
+  bool strict = false;
 
   // The text form of every key, in CACHALLOC_CONF syntax (for dumps).
   std::string to_string() const;
 };
 
 // Parses `text` into `*out` (which starts from defaults).  Returns "" on
-// success, else one human-readable message.
+// success, else one human-readable message; a bad text changes nothing.
 std::string parse_config(std::string_view text, Config* out);
+
+// Applies every good item of `text` to `*out` and returns one message per
+// item it could not apply (empty: all applied): a malformed item, an
+// unknown key (with the likely one), a bad value, or a key of PyTorch's
+// allocator that cachalloc does not implement ("ignored (PyTorch-only)").
+// What the shim uses: a typo costs its own key, never the others.
+std::vector<std::string> apply_config(std::string_view text, Config* out);
 
 }  // namespace cachalloc

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "load_mode.h"
+#include "obs/log.h"
 #include "real_driver.h"
 #include "shim_observability.h"
 
@@ -43,27 +46,67 @@ void on_exit() {
   if (m == Mode::active || m == Mode::passive) g_mode.store(Mode::exiting, std::memory_order_relaxed);
 }
 
-// Prints the parser's message once; write(2) avoids stdio buffering surprises.
-// The message already names CACHALLOC_CONF, the key, the value and what is
-// accepted; this adds what happens now and what to do.
-void report_bad_config(const std::string& message) {
-  std::string line = "cachalloc: " + message +
-                     ". cachalloc is disabled for this process: every CUDA call goes to the driver unchanged. "
-                     "Correct CACHALLOC_CONF (keys and values: README.md) or unset it.\n";
+// The messages of the items CACHALLOC_CONF could not apply (issue 37):
+// leaked on purpose, read by the exit reports.
+std::vector<std::string>& config_errors_storage() {
+  static auto* v = new std::vector<std::string>();
+  return *v;
+}
+
+void write_stderr(const std::string& line) {
   ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
+}
+
+bool strict_from_env() {
+  const char* s = std::getenv("CACHALLOC_STRICT");
+  return s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
+}
+
+// strict: the bad items, one line each on stderr, and exit status 1.
+[[noreturn]] void exit_strict(const std::vector<std::string>& errors) {
+  for (const std::string& e : errors) write_stderr("cachalloc: " + e + "\n");
+  write_stderr("cachalloc: strict: exiting with status 1 for " + std::to_string(errors.size()) +
+               " bad CACHALLOC_CONF item(s) (correct them, or drop strict to run with the good keys only)\n");
+  _exit(1);
+}
+
+// At load (preloaded or dlopen'ed): strict configurations are checked before
+// the program runs.  The configuration itself is still read at the first
+// CUDA call (programs may set CACHALLOC_CONF before it); nothing else
+// happens here, and nothing at all without strict.
+__attribute__((constructor)) void check_strict_at_load() {
+  const char* text = std::getenv("CACHALLOC_CONF");
+  // No parse at all unless strict may be asked for (the first CUDA call
+  // checks again, so a spelling this misses still exits there).
+  if (!strict_from_env() && (text == nullptr || std::strstr(text, "strict") == nullptr)) return;
+  Config c;
+  const std::vector<std::string> errors = apply_config(text ? text : "", &c);
+  if ((c.strict || strict_from_env()) && !errors.empty()) exit_strict(errors);
+}
+
+// Each bad item once, on the log sink (stderr unless log_file:), at warn
+// level but written whatever the level: a configuration cachalloc did not
+// apply must never pass unseen.  The good keys applied; the exit reports
+// list the bad ones again as config_errors.
+void report_config_errors(const std::vector<std::string>& errors) {
+  const bool logged = obs::logger().should_log(LogLevel::warn);
+  for (const std::string& e : errors) {
+    const std::string line = e + " (this item is not applied; the others are)";
+    if (logged)
+      obs::logger().write(LogLevel::warn, line);
+    else
+      write_stderr("cachalloc: " + line + "\n");
+  }
+  obs::logger().flush();
 }
 
 void initialize() {
   g_time_wrappers.store(0, std::memory_order_relaxed);  // known from here on: off unless stats: says so
   const char* text = std::getenv("CACHALLOC_CONF");
-  std::string message = parse_config(text ? text : "", &config_storage());
-  if (!message.empty()) {
-    config_storage() = Config();
-    report_bad_config(message);
-    g_mode.store(Mode::disabled, std::memory_order_release);
-    return;
-  }
+  config_errors_storage() = apply_config(text ? text : "", &config_storage());
+  if (strict_from_env()) config_storage().strict = true;
+  if (config_storage().strict && !config_errors_storage().empty()) exit_strict(config_errors_storage());
   if (real_driver() == nullptr) {
     g_mode.store(Mode::disabled, std::memory_order_release);
     return;
@@ -73,9 +116,21 @@ void initialize() {
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
   start_observability(config_storage());
+  report_config_errors(config_errors_storage());
   // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
   // pluggable ABI and the control API do (load_mode.h).
   const Mode m = interception_wanted() ? Mode::active : Mode::passive;
+  // log_level:info and below: one line that says cachalloc runs, which
+  // version, by which route and with what (issue 37: nothing else says so
+  // unless statistics are on).
+  if (obs::logger().should_log(LogLevel::info)) {
+    const std::size_t bad = config_errors_storage().size();
+    obs::logger().info("cachalloc {} active: route {}; configuration: {}{}", CACHALLOC_VERSION_STRING,
+                       m == Mode::active ? "preload (LD_PRELOAD: the hooks serve the program's CUDA allocations)"
+                                         : "pluggable (dlopen'ed: the pluggable allocator ABI and the control API serve)",
+                       config_storage().to_string(),
+                       bad == 0 ? std::string() : " (" + std::to_string(bad) + " CACHALLOC_CONF item(s) not applied)");
+  }
   g_mode.store(m, std::memory_order_release);
   if (m == Mode::active && g_time_wrappers.load(std::memory_order_relaxed) == 0)
     detail::g_fast_lane.store(true, std::memory_order_release);
@@ -99,6 +154,7 @@ Mode detail::initialize_mode() {
 }
 
 const Config& config() { return config_storage(); }
+const std::vector<std::string>& config_errors() { return config_errors_storage(); }
 
 
 }  // namespace cachalloc::shim

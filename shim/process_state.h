@@ -18,6 +18,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "config.h"
 #include "obs/process_report.h"
@@ -61,6 +63,8 @@ inline bool caching(Mode m) { return m == Mode::active || m == Mode::passive; }
 
 // The effective configuration (defaults until initialized).
 const Config& config();
+// The CACHALLOC_CONF items that were not applied, one message each (issue 37).
+const std::vector<std::string>& config_errors();
 
 inline obs::InterposerCounters& counters() { return detail::g_counters; }
 

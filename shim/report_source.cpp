@@ -13,7 +13,9 @@
 #include "context_registry.h"
 #include "exit_hooks.h"
 #include "host_ops.h"
+#include "obs/atomic_file.h"
 #include "obs/log.h"
+#include "obs/path_template.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
 #include "shim_observability.h"
@@ -46,7 +48,28 @@ void copy_counters(obs::ProcessReport* report) {
 
 }  // namespace
 
+// Report paths are checked at start-up, with the real reason, so that a
+// report that cannot be written is known before the run, not after it.
+void check_report_paths(const Config& cfg) {
+  const struct {
+    const char* key;
+    const std::string& path;
+  } paths[] = {{"stats", cfg.stats}, {"snapshot", cfg.snapshot}, {"trace", cfg.trace}};
+  obs::TemplateContext ctx;
+  bool have_ctx = false;
+  for (const auto& p : paths) {
+    if (p.path.empty() || (std::string_view(p.key) == "stats" && p.path == "stderr")) continue;
+    if (!have_ctx) ctx = obs::current_template_context(), have_ctx = true;
+    const std::string path = obs::expand_path_template(p.path, ctx);
+    const std::string why = obs::check_directory_writable(path);
+    if (!why.empty())
+      obs::warn_stderr(std::string(p.key) + ":" + p.path + ": a file cannot be created there now: " + why +
+                       " (checked at start-up; the report at exit will fail unless this changes)");
+  }
+}
+
 void start_observability(const Config& cfg) {
+  check_report_paths(cfg);
   obs::init_logging(cfg);
   obs::ProcessObserver::instance().configure(cfg);
   cachalloc_install_exit_hooks(cfg);
@@ -59,6 +82,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
   obs::ProcessReport report;
   try {
     report.config = shim::config();
+    report.config_errors = shim::config_errors();
     report.pid = static_cast<int>(getpid());
     report.command_line = shim::command_line();
     for (shim::ContextState* ctx : shim::all_context_states()) {

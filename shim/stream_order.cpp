@@ -3,6 +3,8 @@
 
 #include <execinfo.h>
 
+#include <cstdlib>
+
 #include <mutex>
 #include <shared_mutex>
 
@@ -147,8 +149,15 @@ void StreamOrder::log_leaving_serial(StreamId id, bool non_blocking, const char*
   void* frames[24];
   const int n = backtrace(frames, 24);
   logger.debug("the stream's first call came from:");
-  logger.flush();
-  backtrace_symbols_fd(frames, n, 2);
+  // One frame a line, on the log's sink (log_file: when given), not on fd 2.
+  char** names = backtrace_symbols(frames, n);
+  for (int i = 0; i < n; ++i) {
+    if (names != nullptr)
+      logger.debug("  {}", names[i]);
+    else
+      logger.debug("  {}", static_cast<const void*>(frames[i]));
+  }
+  std::free(names);
 }
 
 }  // namespace cachalloc::shim

@@ -45,7 +45,15 @@ std::string temp_path_for(const std::string& path) {
 
 std::string create_failure(int err, const std::string& dir) {
   switch (err) {
-    case ENOENT: return "directory " + dir + " does not exist";
+    case ENOENT: {
+      // procfs, sysfs and the like answer ENOENT for a new name in a
+      // directory that exists: say what is true (issue 37).
+      struct stat st {};
+      if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return "directory " + dir + " exists but does not allow creating files in it (creating one failed: " +
+               std::strerror(err) + "; a virtual file system such as /proc or /sys?)";
+      return "directory " + dir + " does not exist";
+    }
     case EACCES:
     case EPERM: return "no permission to create a file in directory " + dir;
     case EROFS: return "directory " + dir + " is on a read-only file system";
@@ -72,6 +80,21 @@ std::string write_failure(int err, const std::string& dir) {
 constexpr int kTempAttempts = 64;
 
 }  // namespace
+
+std::string check_directory_writable(const std::string& path) {
+  const std::string dir = directory_of(path);
+  for (int attempt = 0; attempt < kTempAttempts; ++attempt) {
+    const std::string tmp = temp_path_for(path);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return "";
+    }
+    if (errno != EEXIST) return create_failure(errno, dir);
+  }
+  return "";  // every name taken: say nothing now, the write at exit will
+}
 
 bool atomic_write_file(const std::string& path, std::string_view content, std::string* error) {
   if (path.empty() || path.back() == '/') {

@@ -28,6 +28,11 @@ bool atomic_write_file(const std::string& path, std::string_view content, std::s
 // file in directory /x", ...; strerror's words for the rest.
 std::string create_failure(int err, const std::string& dir);
 
+// Whether a file could be created beside `path` now: creates and removes a
+// temporary file in its directory.  "" if so, else create_failure()'s reason
+// (from the real errno).  For report paths at start-up (issue 37).
+std::string check_directory_writable(const std::string& path);
+
 // One line "cachalloc: warning: <message>\n" straight to fd 2 (write(2), no
 // buffering, no logger: works at exit and with log_level:off).
 void warn_stderr(std::string_view message);

@@ -176,6 +176,10 @@ std::string stats_json(const ProcessReport& r, const std::string& host) {
   header_fields(w, r, host);
   w.field("command_line", r.command_line);
   w.field("config", r.config.to_string());
+  w.key("config_errors");
+  w.begin_array();
+  for (const std::string& e : r.config_errors) w.value(e);
+  w.end_array();
   interposer_object(w, r);
   repeated_ooms_array(w, r);
   host_object(w, r);

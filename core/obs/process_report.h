@@ -113,6 +113,8 @@ struct RepeatedOom {
 
 struct ProcessReport {
   Config config;
+  // CACHALLOC_CONF items that were not applied, one message each (issue 37).
+  std::vector<std::string> config_errors;
   std::string command_line;            // argv joined by spaces
   int pid = 0;
   std::vector<DeviceReport> devices;

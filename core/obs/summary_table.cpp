@@ -202,6 +202,12 @@ std::string summary_text(const ProcessReport& r) {
   std::string out;
   for (const DeviceReport& d : r.devices) out += device_table(d.device, d.stats) + tag_table(d);
   out += interposer_section(r);
+  // Under the table, unboxed (the messages are long): what the process
+  // ran without (issue 37).
+  if (!r.config_errors.empty()) {
+    out += obs::format("CACHALLOC_CONF items not applied ({}):\n", r.config_errors.size());
+    for (const std::string& e : r.config_errors) out += "  " + e + "\n";
+  }
   return out;
 }
 

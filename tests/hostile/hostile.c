@@ -454,18 +454,18 @@ static int child_huge_conf(const char* kind) {
   }
   setenv("CACHALLOC_CONF", text, 1);
   free(text);
-  return child_conf(strcmp(kind, "valid") == 0 ? "served" : "passthrough");
+  (void)kind;
+  return child_conf("served");  /* a bad text costs its own items only (issue 37) */
 }
 
-/* One message for a bad configuration: one line on stderr naming
- * CACHALLOC_CONF, the reason and the remedy; the program runs, every call
- * reaching the driver. */
-static int check_disabled_run(const struct child_run* r, const char* conf_shown) {
+/* One message for a bad configuration (issue 37): one line on stderr
+ * naming CACHALLOC_CONF and the reason, saying the item is not applied;
+ * cachalloc stays active (the cache serves the program's allocations). */
+static int check_bad_conf_run(const struct child_run* r, const char* conf_shown) {
   int ok = exited_with(r, 0) && strcmp(r->out, "done\n") == 0 && r->err_size > 0 && r->err_size < 1500 &&
-           strchr(r->err, '\n') == r->err + r->err_size - 1 &&
-           strncmp(r->err, "cachalloc: CACHALLOC_CONF: ", 27) == 0 &&
-           strstr(r->err, "cachalloc is disabled for this process: every CUDA call goes to the driver unchanged. "
-                          "Correct CACHALLOC_CONF") != NULL;
+           strchr(r->err, '\n') == r->err + r->err_size - 1 && strstr(r->err, "CACHALLOC_CONF: ") != NULL &&
+           strstr(r->err, "(this item is not applied; the others are)") != NULL &&
+           strstr(r->err, "disabled") == NULL;
   if (!ok) {
     fprintf(stderr, "[hostile bad_conf] conf '%.200s':\n", conf_shown);
     SHOW_RUN(*r);
@@ -483,13 +483,13 @@ static int bad_conf(void) {
       "stats:", "snapshot_signal:99", "snapshot_signal:KILL", "trace_max_entries:0",
       "trace_max_entries:99999999999999999999999", "log_level:verbose", "expandable_segments:yes",
       "free_sync:sometimes", "\x01\x02\x03:\x7f", "caf\xc3\xa9:1", "log_level:\x1b" "c", "max_split_size_mb:64,,bogus",
-      "expandable_segments:true,max_split_size_mb:1",
+      "free_sync:fence,max_split_size_mb:1",
   };
   CHECK(make_dir() == 0);
   for (size_t i = 0; i < sizeof confs / sizeof confs[0]; ++i) {
     struct child_run r;
-    CHECK(run_child("child_conf", "passthrough", confs[i], &r) == 0);
-    int ok = check_disabled_run(&r, confs[i]);
+    CHECK(run_child("child_conf", "served", confs[i], &r) == 0);
+    int ok = check_bad_conf_run(&r, confs[i]);
     if (ok && strchr(confs[i], '\x1b') != NULL) ok = strchr(r.err, '\x1b') == NULL; /* escaped, not raw */
     free_run(&r);
     CHECK(ok);
@@ -499,9 +499,9 @@ static int bad_conf(void) {
   memset(big, 'z', 100000);
   big[100000] = '\0';
   struct child_run r;
-  CHECK(run_child("child_conf", "passthrough", big, &r) == 0);
+  CHECK(run_child("child_conf", "served", big, &r) == 0);
   free(big);
-  int ok = check_disabled_run(&r, "100 KB of z");
+  int ok = check_bad_conf_run(&r, "100 KB of z");
   free_run(&r);
   CHECK(ok);
   /* Empty items are fine: the cache serves, nothing is printed. */
@@ -519,7 +519,7 @@ static int huge_conf(void) {
   for (size_t i = 0; i < 3; ++i) {
     struct child_run r;
     CHECK(run_child("child_huge_conf", kinds[i], NULL, &r) == 0);
-    int ok = check_disabled_run(&r, kinds[i]) && strstr(r.err, " bytes)") != NULL; /* cut, with the length */
+    int ok = check_bad_conf_run(&r, kinds[i]) && strstr(r.err, " bytes)") != NULL; /* cut, with the length */
     free_run(&r);
     CHECK(ok);
   }
@@ -557,11 +557,13 @@ static int child_report_exit(const char* arg) {
 
 /* The run ended as the program ends (status 3, its output intact), with
  * `warnings` lines of "cannot write the <what>" on stderr, each containing
- * `reason`. */
+ * `reason`; besides them, at most one line per report from the start-up
+ * check of its directory (issue 37). */
 static int check_report_run(const struct child_run* r, int warnings, const char* reason) {
+  const int early = count_of(r->err, "(checked at start-up; the report at exit will fail unless this changes)");
   int ok = exited_with(r, 3) && strcmp(r->out, "done\n") == 0 &&
-           count_of(r->err, "cachalloc: warning: cannot write the ") == warnings &&
-           count_of(r->err, "\n") == warnings && (reason == NULL || count_of(r->err, reason) == warnings) &&
+           count_of(r->err, "cachalloc: warning: cannot write the ") == warnings && early <= warnings &&
+           count_of(r->err, "\n") == warnings + early && (reason == NULL || (count_of(r->err, reason) >= warnings && count_of(r->err, reason) <= warnings + early)) &&
            (warnings == 0 || count_of(r->err, "in CACHALLOC_CONF to a path in an existing, writable directory") ==
                                  warnings);
   if (!ok) {

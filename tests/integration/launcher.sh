@@ -86,6 +86,36 @@ done
 out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF -u CACHALLOC_CONF "$launcher" --torch-async --conf expandable_segments:false -- \
       sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>/dev/null)
 [ "$out" = "expandable_segments:false" ] || fail "torch-async with --conf expandable_segments:false gave '$out'"
+# Issue 37: keys are found as the library reads them (items split on ',',
+# white space ignored), so a key after ', ' or in another case of spacing
+# is the user's and is never overridden.
+for given in "CACHALLOC_CONF=stats:/tmp/a.json, expandable_segments:false" \
+             "CACHALLOC_CONF=stats:stderr,	expandable_segments : False" \
+             "CACHALLOC_CONF=stats:stderr, release_before_peak:false"; do
+  out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF "$given" "$launcher" --torch-async -- sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>"$err")
+  case $given in
+    *release_before_peak*) want="${given#CACHALLOC_CONF=},expandable_segments:true" ;;
+    *) want=${given#CACHALLOC_CONF=} ;;
+  esac
+  [ "$out" = "$want" ] || fail "torch-async with '$given' gave CACHALLOC_CONF '$out'"
+  ! grep -q "release_before_peak:true" "$err" || fail "torch-async with '$given' said '$(cat "$err")'"
+done
+out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF -u CACHALLOC_CONF "$launcher" --torch-async --conf 'stats:stderr, expandable_segments:false' -- \
+      sh -c 'printf "%s" "$CACHALLOC_CONF"' 2>/dev/null)
+[ "$out" = "stats:stderr, expandable_segments:false" ] || fail "torch-async with --conf 'stats:stderr, expandable_segments:false' gave '$out'"
+
+# A program that is not there: the launcher's own message and 127 (126 for
+# one that is not executable), not the shell's.
+out=$(env -u LD_PRELOAD "$launcher" -- ./surely-missing-program 2>&1); rc=$?
+[ $rc -eq 127 ] || fail "missing program: exit $rc, expected 127"
+[ "$out" = "cachalloc: ./surely-missing-program: command not found" ] || fail "missing program said '$out'"
+out=$(env -u LD_PRELOAD "$launcher" surely-missing-program-in-path 2>&1); rc=$?
+[ $rc -eq 127 ] && [ "$out" = "cachalloc: surely-missing-program-in-path: command not found" ] ||
+  fail "missing program in PATH: exit $rc, said '$out'"
+out=$(env -u LD_PRELOAD "$launcher" -- "$err" 2>&1); rc=$?  # a plain file, mode 600
+[ $rc -eq 126 ] && [ "$out" = "cachalloc: $err: permission denied (not an executable file)" ] ||
+  fail "non-executable program: exit $rc, said '$out'"
+
 out=$(env -u LD_PRELOAD -u PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=backend:native PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
       "$launcher" -- sh -c "$tshow" 2>"$err") || fail "plain run with PyTorch variables failed"
 [ "$out" = "backend:native|unset|1|$lib" ] || fail "plain run changed PyTorch's variables: '$out'"

@@ -60,6 +60,29 @@ grep -q '^cachalloc intercepted 120 device allocations of test_obs_dumpgen (cuMe
 grep -q '^26 of the 120 allocations it served (22 %) came from its cache; it asked the driver for memory 94 times on 2 devices' \
   "$dir/brief.txt" || { cat "$dir/brief.txt"; fail "brief: cache line"; }
 grep -q "^Passed to the driver untouched: 3 (foreign_pointer)" "$dir/brief.txt" || fail "brief: passthrough line"
+# issue 37: a free of a null pointer is no free, and the driver time is not
+# divided into a per-call cost its event calls would distort.
+python3 - "$dir/a.json" "$dir/nullfree.json" <<'PY' || fail "writing the null-free dump"
+import json, sys
+d = json.load(open(sys.argv[1]))
+freed = sum(x["stats"]["allocation.all.freed"] for x in d["devices"])
+d["interposer"]["calls"]["cuMemFree_v2"] = freed + 1          # one cuMemFree(0)
+d["interposer"]["driver_calls"] = 73
+d["interposer"]["ns_in_driver"] = 226_300
+d["interposer"]["driver_calls_by"] = {"cuMemAlloc_v2": 7, "cuEventRecord": 40, "cuEventQuery": 20,
+                                     "cuCtxWaitEvent": 6}
+json.dump(d, open(sys.argv[2], "w"))
+print(freed)
+PY
+freed=$(python3 -c 'import json,sys; print(sum(x["stats"]["allocation.all.freed"] for x in json.load(open(sys.argv[1]))["devices"]))' "$dir/a.json")
+python3 "$report" brief "$dir/nullfree.json" > "$dir/brief-null.txt" || fail "brief exited $? (null free)"
+grep -q "^cachalloc intercepted 120 device allocations of test_obs_dumpgen (cuMemAlloc_v2 120) and $freed frees" \
+  "$dir/brief-null.txt" || { cat "$dir/brief-null.txt"; fail "brief: a free of a null pointer counted as a free"; }
+grep -q "1 free call of a null pointer or of memory cachalloc did not allocate" "$dir/brief-null.txt" ||
+  { cat "$dir/brief-null.txt"; fail "brief: the null free is not said"; }
+grep -q "^Its 73 driver calls (66 of them event calls) took 0.226 ms" "$dir/brief-null.txt" ||
+  { cat "$dir/brief-null.txt"; fail "brief: driver call sentence"; }
+grep -q "us each" "$dir/brief-null.txt" && fail "brief: a per-call average over event calls"
 grep -qF "Full statistics: $dir/a.json" "$dir/brief.txt" || fail "brief: no path to the dump"
 grep -q 'Pinned host' "$dir/brief.txt" && fail "brief: pinned host sentence without pinned_host"
 python3 "$report" brief "$dir/b.json" > "$dir/brief-b.txt" || fail "brief exited $? (variant 1)"

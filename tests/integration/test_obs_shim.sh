@@ -82,6 +82,14 @@ grep -q "^| *of which in [1-9][0-9]* driver calls  *[0-9.]* ms |$" "$dir/err.txt
 run "stats:$dir/missing-dir/stats.json" exit || fail "unwritable: exited $?"
 grep -qx done "$dir/out.txt" || fail "unwritable: program output lost"
 [ "$(grep -c 'cachalloc: warning: cannot write the stats dump' "$dir/err.txt")" -eq 1 ] || fail "unwritable: expected one warning"
+# issue 37: the reason is the true one (procfs answers ENOENT for a new
+# name in a directory that exists), and it is given at start-up too
+run "stats:/proc/cachalloc-x.json" exit || fail "/proc: exited $?"
+grep -q "does not exist" "$dir/err.txt" && fail "/proc: says the directory does not exist"
+grep -q "stats:/proc/cachalloc-x.json: a file cannot be created there now: directory /proc exists but does not allow creating files" \
+  "$dir/err.txt" || fail "/proc: no start-up warning: $(cat "$dir/err.txt")"
+grep -q "cannot write the stats dump to /proc/cachalloc-x.json: directory /proc exists" "$dir/err.txt" ||
+  fail "/proc: exit warning: $(cat "$dir/err.txt")"
 
 # trace: the allocations are on the timeline
 run "trace:$dir/trace.json" exit || fail "trace: exited $?"
@@ -131,4 +139,66 @@ if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
     || fail "read-only log_file: $(grep 'log_file' "$dir/err.txt")"
 fi
 grep -q 'error\] CUDA out of memory' "$dir/err.txt" || fail "bad log_file: report lost"
+
+# issue 37: a bad key costs only itself.  The typo and a PyTorch-only key
+# are reported at start-up, the good keys apply (the dump is written, the
+# cache serves), and the dump and the table list them as config_errors.
+run "stats:$dir/bad-conf.json,expandable_segment:true, backend:native,max_split_size_mb:3" exit ||
+  fail "bad conf: exited $?"
+grep -qx done "$dir/out.txt" || fail "bad conf: program output lost"
+grep -q "unknown key 'expandable_segment' (did you mean 'expandable_segments'?)" "$dir/err.txt" ||
+  { cat "$dir/err.txt"; fail "bad conf: the typo was not reported"; }
+grep -q "backend: ignored (PyTorch-only)" "$dir/err.txt" || fail "bad conf: backend not reported as PyTorch-only"
+grep -q "disabled" "$dir/err.txt" && fail "bad conf: cachalloc still disables itself"
+[ -f "$dir/bad-conf.json" ] || { cat "$dir/err.txt"; fail "bad conf: the requested dump was not written"; }
+check_dump "$dir/bad-conf.json"
+python3 - "$dir/bad-conf.json" <<'PY' || fail "bad conf: config_errors"
+import json, sys
+d = json.load(open(sys.argv[1]))
+e = d["config_errors"]
+assert len(e) == 3, e
+assert "expandable_segment'" in e[0] and "PyTorch-only" in e[1] and "max_split_size_mb: '3'" in e[2], e
+assert "CACHALLOC_CONF items not applied (3):" in d["summary_table"], d["summary_table"]
+assert d["interposer"]["calls"]["cuMemAlloc_v2"] > 0
+PY
+run "stats:$dir/good.json" exit || fail "good conf: exited $?"
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['config_errors'] == []" "$dir/good.json" ||
+  fail "good conf: config_errors not an empty list"
+# log_level:off does not hide them; log_file: takes them
+run "log_level:off,bogus:1" exit || fail "bad conf/off: exited $?"
+grep -q "unknown key 'bogus'" "$dir/err.txt" || fail "bad conf/off: not reported"
+run "log_file:$dir/conf-log.txt,bogus:1" exit || fail "bad conf/log_file: exited $?"
+grep -q "unknown key 'bogus'" "$dir/conf-log.txt" || fail "bad conf/log_file: not in the log"
+
+# log_level:info: one line at start-up says cachalloc is active, its
+# version, its route and the configuration it runs with
+run "log_level:info,max_split_size_mb:64" exit || fail "info: exited $?"
+[ "$(grep -c '\] cachalloc [0-9][^ ]* active: route preload' "$dir/err.txt")" -eq 1 ] ||
+  { cat "$dir/err.txt"; fail "info: no start-up line"; }
+grep '\] cachalloc [0-9][^ ]* active' "$dir/err.txt" | grep -q 'configuration: max_split_size_mb:64,' ||
+  fail "info: the start-up line lacks the configuration"
+run "" exit || fail "warn: exited $?"
+grep -q 'active: route' "$dir/err.txt" && fail "warn: the start-up line is printed at the default level"
+
+# log_file: the backtrace of a stream's first call goes to the log too, not
+# to stderr (issue 37)
+if [ -n "${ROUTE_LINKED:-}" ]; then
+  env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$fakedir" CACHALLOC_CONF="log_level:debug,log_file:$dir/bt-log.txt" \
+    "$ROUTE_LINKED" ptsz_launch_beside_blocking > "$dir/out.txt" 2> "$dir/err.txt" || fail "backtrace: exited $?"
+  grep -q "the stream's first call came from:" "$dir/bt-log.txt" || fail "backtrace: no header in the log"
+  [ "$(grep -c 'libcachalloc' "$dir/bt-log.txt")" -ge 1 ] || fail "backtrace: no frames in the log"
+  [ ! -s "$dir/err.txt" ] || fail "backtrace: stderr not empty: $(head -3 "$dir/err.txt")"
+fi
+
+# strict: exit status 1 before the program runs (at load, before main)
+run "strict:true,bogus:1" nocuda
+rc=$?
+[ "$rc" -eq 1 ] || fail "strict: exit status $rc, expected 1"
+[ ! -s "$dir/out.txt" ] || fail "strict: the program ran"
+grep -q "unknown key 'bogus'" "$dir/err.txt" && grep -q "strict: exiting with status 1" "$dir/err.txt" ||
+  fail "strict: message: $(cat "$dir/err.txt")"
+(CACHALLOC_STRICT=1; export CACHALLOC_STRICT; run "backend:native" nocuda)
+[ $? -eq 1 ] || fail "CACHALLOC_STRICT=1: expected exit status 1"
+run "strict:true,stats:$dir/strict-ok.json" exit || fail "strict, good conf: exited $?"
+[ -f "$dir/strict-ok.json" ] || fail "strict, good conf: no dump"
 echo ok

@@ -39,14 +39,14 @@ bool same(const Config& a, const Config& b) {
          a.release_before_peak == b.release_before_peak && a.release_remap == b.release_remap && a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
-         a.log_file == b.log_file;
+         a.log_file == b.log_file && a.strict == b.strict;
 }
 
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
     "expandable_segments_handle_type, release_before_peak, release_remap, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
-    "trace_max_entries, log_level, log_file";
+    "trace_max_entries, log_level, log_file, strict";
 
 }  // namespace
 
@@ -341,8 +341,10 @@ TEST_CASE("unknown keys list the known ones, with the likely intended key", "[co
   CHECK(parse_error("stat:stderr").starts_with("CACHALLOC_CONF: unknown key 'stat' (did you mean 'stats'?)"));
   // Nothing close: no guess.
   CHECK(parse_error("bogus_key:1") == std::string("CACHALLOC_CONF: unknown key 'bogus_key'; known keys: ") + kKnownKeys);
+  // A key of PyTorch's own allocator is no typo (issue 37).
   CHECK(parse_error("backend:cudaMallocAsync") ==
-        std::string("CACHALLOC_CONF: unknown key 'backend'; known keys: ") + kKnownKeys);
+        "CACHALLOC_CONF: backend: ignored (PyTorch-only): a key of PyTorch's own allocator that cachalloc does "
+        "not implement");
 }
 
 TEST_CASE("hostile text: long values and keys are cut, control bytes escaped, one line", "[config]") {
@@ -496,4 +498,42 @@ TEST_CASE("config: tag_cpu_backup:disk and pause_backup_dir (disk backups of pau
   CHECK(parse_ok("tag_cpu_backup:false").tag_cpu_backup == BackupMode::none);
   CHECK(parse_error("tag_cpu_backup:tape").find("true, false or disk") != std::string::npos);
   CHECK(parse_error("pause_backup_dir:") != "");
+}
+
+// Issue 37: a typo costs its own key, never the others (the shim applies
+// CACHALLOC_CONF with apply_config and stays active).
+TEST_CASE("apply_config: good keys apply, each bad item gives one message", "[config]") {
+  Config c;
+  const auto errors = apply_config("stats:/tmp/x.json,expandable_segment:true, max_split_size_mb:3,"
+                                   "log_level:info,nocolon",
+                                   &c);
+  CHECK(c.stats == "/tmp/x.json");
+  CHECK(c.log_level == LogLevel::info);
+  CHECK(c.max_split_size == std::numeric_limits<std::size_t>::max());  // the bad value changed nothing
+  REQUIRE(errors.size() == 3);
+  CHECK(errors[0].find("unknown key 'expandable_segment' (did you mean 'expandable_segments'?)") != std::string::npos);
+  CHECK(errors[1].find("max_split_size_mb: '3' is not valid") != std::string::npos);
+  CHECK(errors[2].find("malformed item 'nocolon'") != std::string::npos);
+  CHECK(apply_config("stats:stderr, expandable_segments:false", &c).empty());
+}
+
+TEST_CASE("apply_config: PyTorch-only keys are reported as ignored, not as typos", "[config]") {
+  for (const char* key : {"backend:native", "pinned_use_cuda_host_register:True", "pinned_num_register_threads:8",
+                          "pinned_use_background_threads:true", "release_lock_on_cudamalloc:true"}) {
+    Config c;
+    const auto errors = apply_config(std::string(key) + ",max_split_size_mb:64", &c);
+    INFO(key);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find("ignored (PyTorch-only)") != std::string::npos);
+    CHECK(errors[0].find("unknown key") == std::string::npos);
+    CHECK(c.max_split_size == 64 * kMiBytes);
+    CHECK_FALSE(parse_config(key, &c).empty());  // the all-or-nothing parse still refuses it
+  }
+}
+
+TEST_CASE("strict: a key of its own, printed back", "[config]") {
+  CHECK_FALSE(parse_ok("").strict);
+  CHECK(parse_ok("strict:true").strict);
+  CHECK(parse_ok("strict:true").to_string().find("strict:true") != std::string::npos);
+  CHECK(parse_ok("strict:false").to_string().find("strict") == std::string::npos);
 }

@@ -219,6 +219,11 @@ TEST_CASE("reasons name the directory and the cause", "[obs][files]") {
   CHECK(err == "a component of " + file + " is not a directory");
   CHECK_FALSE(atomic_write_file(dir.path + "/missing/stats.json", "data", &err));
   CHECK(err == "directory " + dir.path + "/missing does not exist");
+  // A directory that exists but takes no new files (procfs answers ENOENT):
+  // the reason is not "does not exist" (issue 37).
+  CHECK_FALSE(atomic_write_file("/proc/cachalloc-stats.json", "data", &err));
+  CHECK(err.find("does not exist") == std::string::npos);
+  CHECK(err.starts_with("directory /proc exists but does not allow creating files in it"));
   CHECK_FALSE(atomic_write_file(dir.path + "/" + std::string(300, 'n'), "data", &err));
   CHECK(err == "the path is too long");
   mkdir((dir.path + "/sub").c_str(), 0700);
