@@ -324,6 +324,8 @@ bool is_pytorch_only_key(std::string_view key) {
   return false;
 }
 
+constexpr std::string_view kIgnoredMark = ": ignored (PyTorch-only)";
+
 const KeyHandler* find_handler(std::string_view key) {
   for (const KeyHandler& h : kHandlers)
     if (key == h.key) return &h;
@@ -438,7 +440,7 @@ std::string apply_item(std::string_view item, Config& config) {
   if (key.empty() || key.find_first_of("[]") != std::string::npos) return malformed(item);
   const KeyHandler* h = find_handler(key);
   if (!h && is_pytorch_only_key(key))
-    return "CACHALLOC_CONF: " + key + ": ignored (PyTorch-only): a key of PyTorch's own allocator that cachalloc "
+    return "CACHALLOC_CONF: " + key + std::string(kIgnoredMark) + ": a key of PyTorch's own allocator that cachalloc "
            "does not implement";
   if (!h) return unknown_key(key);
   const std::string value = h->is_path ? std::string(trim(item.substr(colon + 1)))
@@ -542,6 +544,12 @@ std::string Config::to_string() const {
   if (!log_file.empty()) append(out, "log_file", log_file);
   if (strict) append(out, "strict", "true");
   return out;
+}
+
+bool has_config_errors(const std::vector<std::string>& messages) {
+  for (const std::string& m : messages)
+    if (m.find(kIgnoredMark) == std::string::npos) return true;
+  return false;
 }
 
 }  // namespace cachalloc

@@ -134,4 +134,9 @@ std::string parse_config(std::string_view text, Config* out);
 // What the shim uses: a typo costs its own key, never the others.
 std::vector<std::string> apply_config(std::string_view text, Config* out);
 
+// Whether any of apply_config's messages is an error rather than a
+// PyTorch-only key it recognised and ignored: what strict exits for (a
+// configuration copied from PYTORCH_CUDA_ALLOC_CONF is not a typo).
+bool has_config_errors(const std::vector<std::string>& messages);
+
 }  // namespace cachalloc

@@ -82,7 +82,7 @@ __attribute__((constructor)) void check_strict_at_load() {
   if (!strict_from_env() && (text == nullptr || std::strstr(text, "strict") == nullptr)) return;
   Config c;
   const std::vector<std::string> errors = apply_config(text ? text : "", &c);
-  if ((c.strict || strict_from_env()) && !errors.empty()) exit_strict(errors);
+  if ((c.strict || strict_from_env()) && has_config_errors(errors)) exit_strict(errors);
 }
 
 // Each bad item once, on the log sink (stderr unless log_file:), at warn
@@ -106,7 +106,7 @@ void initialize() {
   const char* text = std::getenv("CACHALLOC_CONF");
   config_errors_storage() = apply_config(text ? text : "", &config_storage());
   if (strict_from_env()) config_storage().strict = true;
-  if (config_storage().strict && !config_errors_storage().empty()) exit_strict(config_errors_storage());
+  if (config_storage().strict && has_config_errors(config_errors_storage())) exit_strict(config_errors_storage());
   if (real_driver() == nullptr) {
     g_mode.store(Mode::disabled, std::memory_order_release);
     return;

@@ -197,8 +197,11 @@ rc=$?
 [ ! -s "$dir/out.txt" ] || fail "strict: the program ran"
 grep -q "unknown key 'bogus'" "$dir/err.txt" && grep -q "strict: exiting with status 1" "$dir/err.txt" ||
   fail "strict: message: $(cat "$dir/err.txt")"
-(CACHALLOC_STRICT=1; export CACHALLOC_STRICT; run "backend:native" nocuda)
+(CACHALLOC_STRICT=1; export CACHALLOC_STRICT; run "backnd:native" nocuda)
 [ $? -eq 1 ] || fail "CACHALLOC_STRICT=1: expected exit status 1"
 run "strict:true,stats:$dir/strict-ok.json" exit || fail "strict, good conf: exited $?"
+# strict runs a configuration copied from PyTorch's (its keys are ignored, named)
+run "strict:true,backend:native,stats:$dir/strict-torch.json" exit || fail "strict, PyTorch-only key: exited $?"
+[ -f "$dir/strict-torch.json" ] || fail "strict, PyTorch-only key: no dump"
 [ -f "$dir/strict-ok.json" ] || fail "strict, good conf: no dump"
 echo ok

@@ -531,6 +531,14 @@ TEST_CASE("apply_config: PyTorch-only keys are reported as ignored, not as typos
   }
 }
 
+TEST_CASE("strict exits for errors, not for PyTorch-only keys it recognised", "[config]") {
+  Config c;
+  CHECK_FALSE(has_config_errors(apply_config("backend:native,pinned_use_cuda_host_register:True", &c)));
+  CHECK(has_config_errors(apply_config("backend:native,expandable_segment:true", &c)));
+  CHECK(has_config_errors(apply_config("max_split_size_mb:1", &c)));
+  CHECK_FALSE(has_config_errors(apply_config("expandable_segments:true", &c)));
+}
+
 TEST_CASE("strict: a key of its own, printed back", "[config]") {
   CHECK_FALSE(parse_ok("").strict);
   CHECK(parse_ok("strict:true").strict);
