@@ -103,9 +103,15 @@ _MESSAGES = {
 class CachallocError(RuntimeError):
     """A control function of libcachalloc.so failed; ``code`` says why."""
 
-    def __init__(self, function, code, detail=""):
+    def __init__(self, function, code, detail="", reason=None):
+        # reason: the true cause, said first, where the code's general
+        # meaning would mislead (a library that cannot be found is not a
+        # library that is "not active")
         self.function = function
         self.code = code
+        if reason is not None:
+            super().__init__(f"{function}: {reason} (code {code})" + (f": {detail}" if detail else ""))
+            return
         text = f"{function}: {_MESSAGES.get(code, 'error')} (code {code})"
         super().__init__(text + (f": {detail}" if detail else ""))
 
@@ -144,7 +150,9 @@ def library_path():
     if found:
         return found
     raise CachallocError("library_path", ERROR_NOT_INITIALIZED,
-                         "libcachalloc.so not found: set CACHALLOC_LIBRARY to its path")
+                         reason="libcachalloc.so not found: not loaded in this process, CACHALLOC_LIBRARY unset, "
+                                "and none beside this package or on the linker's path; set CACHALLOC_LIBRARY to "
+                                "its path, or run the program under the cachalloc launcher")
 
 
 def _declare(lib):

@@ -18,6 +18,7 @@ import tempfile
 
 try:
     import ctypes
+    import ctypes.util
 except ImportError:
     print("python_module: SKIP (no ctypes)")
     sys.exit(77)
@@ -134,6 +135,18 @@ def main():
           f"__version__ {cachalloc.__version__!r}")
     check(cachalloc.library_version() == cachalloc.__version__,
           f"library_version() {cachalloc.library_version()!r} != __version__ {cachalloc.__version__!r}")
+    # A library that cannot be found says so first (not "not active").
+    saved = (cachalloc._loaded_library_path, cachalloc._CONFIGURED_LIBRARY, ctypes.util.find_library)
+    cachalloc._loaded_library_path = lambda: None
+    cachalloc._CONFIGURED_LIBRARY = "@unconfigured@"
+    ctypes.util.find_library = lambda name: None
+    try:
+        cachalloc.library_path()
+        check(False, "library_path() with no library anywhere")
+    except cachalloc.CachallocError as e:
+        check(str(e).startswith("library_path: libcachalloc.so not found"), f"the reason said first: {e}")
+    finally:
+        cachalloc._loaded_library_path, cachalloc._CONFIGURED_LIBRARY, ctypes.util.find_library = saved
     print("python_module: PASS")
     return 0
 

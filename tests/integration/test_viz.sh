@@ -96,6 +96,12 @@ PY
   viz truncated --expect classic
   grep -q 'the trace had dropped its [0-9]* oldest events' "$dir/truncated/viz-err.txt" || fail "truncated: no note"
 
+  # a dangling link among the dumps (its target is gone) is passed over
+  ln -s "$dir/gone.json" "$dir/classic/link.json"
+  python3 "$report" viz "$classic_snap" -o "$dir/link.pickle" > /dev/null 2> "$dir/link-err.txt" ||
+    { cat "$dir/link-err.txt"; fail "dangling link.json: viz exited $?"; }
+  rm -f "$dir/classic/link.json"
+
   # segments only
   python3 "$report" viz "$classic_snap" --no-trace -o "$dir/notrace.pickle" > /dev/null 2>&1 || fail "--no-trace exited $?"
   echo "== no trace"
