@@ -71,12 +71,25 @@ bool strict_from_env() {
   _exit(1);
 }
 
+// `cachalloc --check-conf`: every item not applied, one line each, then the
+// effective configuration; status 1 if any is an error.
+[[noreturn]] void check_conf_and_exit(const char* text) {
+  Config c;
+  const std::vector<std::string> messages = apply_config(text ? text : "", &c);
+  for (const std::string& m : messages) write_stderr("cachalloc: " + m + "\n");
+  const bool bad = has_config_errors(messages);
+  write_stderr(std::string("cachalloc: ") + (bad ? "configuration has errors" : "configuration OK") +
+               "; in effect: " + c.to_string() + "\n");
+  _exit(bad ? 1 : 0);
+}
+
 // At load (preloaded or dlopen'ed): strict configurations are checked before
 // the program runs.  The configuration itself is still read at the first
 // CUDA call (programs may set CACHALLOC_CONF before it); nothing else
 // happens here, and nothing at all without strict.
 __attribute__((constructor)) void check_strict_at_load() {
   const char* text = std::getenv("CACHALLOC_CONF");
+  if (std::getenv("CACHALLOC_CHECK_CONF") != nullptr) check_conf_and_exit(text);
   // No parse at all unless strict may be asked for (the first CUDA call
   // checks again, so a spelling this misses still exits there).
   if (!strict_from_env() && (text == nullptr || std::strstr(text, "strict") == nullptr)) return;

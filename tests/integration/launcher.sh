@@ -106,6 +106,17 @@ out=$(env -u LD_PRELOAD -u PYTORCH_CUDA_ALLOC_CONF -u CACHALLOC_CONF "$launcher"
 
 # A program that is not there: the launcher's own message and 127 (126 for
 # one that is not executable), not the shell's.
+# --check-conf: the library's own reading, runs nothing; 1 for an error,
+# 0 when only PyTorch-only keys were set aside
+out=$(env -u LD_PRELOAD CACHALLOC_CONF='stats:/tmp/x.json, expandable_segment:true' "$launcher" --check-conf 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "check-conf with a typo: exit $rc, expected 1"
+echo "$out" | grep -q "unknown key 'expandable_segment' (did you mean 'expandable_segments'?)" ||
+  fail "check-conf: the typo not named: $out"
+echo "$out" | grep -q "in effect: .*stats:/tmp/x.json" || fail "check-conf: the good key not in effect: $out"
+out=$(env -u LD_PRELOAD -u CACHALLOC_CONF "$launcher" --conf backend:native,expandable_segments:true --check-conf 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "check-conf with a PyTorch-only key: exit $rc, expected 0 ($out)"
+echo "$out" | grep -q "backend: ignored (PyTorch-only)" && echo "$out" | grep -q "expandable_segments:true" ||
+  fail "check-conf: $out"
 out=$(env -u LD_PRELOAD "$launcher" -- ./surely-missing-program 2>&1); rc=$?
 [ $rc -eq 127 ] || fail "missing program: exit $rc, expected 127"
 [ "$out" = "cachalloc: ./surely-missing-program: command not found" ] || fail "missing program said '$out'"
