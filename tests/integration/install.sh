@@ -52,6 +52,10 @@ for key in $keys; do
 done
 docs=$(echo "$help" | sed -n 's|^Documentation: \(.*\)/README.md .*|\1|p')
 [ -f "$dest$docs/README.md" ] && [ -f "$dest$docs/docs/PYTORCH.md" ] || fail "docs not installed where --help says ($docs)"
+# every doc of the tree (--help points to HOST.md and PAUSE.md too)
+for doc in "$src"/docs/*.md; do
+  [ -f "$dest$docs/docs/${doc##*/}" ] || fail "docs/${doc##*/} not installed"
+done
 
 init=$(find "$dest" -path '*/cachalloc/__init__.py')
 [ -n "$init" ] || fail "no Python package installed"
