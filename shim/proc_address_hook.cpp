@@ -14,24 +14,10 @@ using namespace cachalloc::shim;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
-// Whether the driver's answer is an ABI cachalloc's headers declare: a
-// lookup above their CUDA_VERSION may name a newer one, so the driver is
-// asked again at that version and must give the same function.
-static bool abi_known(const char* symbol, void* answer, int version, cuuint64_t flags) {
-  if (version <= CUDA_VERSION) return true;
-  const RealDriver* d = real_driver();
-  void* at_headers = nullptr;
-  CUresult r = d->get_proc_address_v2 != nullptr
-                   ? d->get_proc_address_v2(symbol, &at_headers, CUDA_VERSION, flags, nullptr)
-                   : d->get_proc_address_v1(symbol, &at_headers, CUDA_VERSION, flags);
-  return r == CUDA_SUCCESS && at_headers == answer;
-}
-
 static void redirect(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
   if (void* w = wrapper_for_proc(symbol, version, flags)) *pfn = w;
-  else if (void* v = watch_wrapper_for_proc(symbol, version, flags, *pfn, abi_known(symbol, *pfn, version, flags)))
-    *pfn = v;
+  else if (void* v = watch_wrapper_for_proc(symbol, version, flags, *pfn)) *pfn = v;
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,

@@ -137,6 +137,20 @@ void* unknown_entry(const char* name, void* answer) {
   return nullptr;
 }
 
+// Whether the driver's answer is an ABI these headers declare: a lookup
+// above their CUDA_VERSION may name a newer one, so the driver is asked
+// again at that version and must give the same function.  Asked only for
+// watched names (a second lookup, only with a cudart newer than the headers).
+bool abi_known(const char* symbol, void* answer, int version, cuuint64_t flags) {
+  if (version <= CUDA_VERSION) return true;
+  const RealDriver* d = real_driver();
+  void* at_headers = nullptr;
+  CUresult r = d->get_proc_address_v2 != nullptr
+                   ? d->get_proc_address_v2(symbol, &at_headers, CUDA_VERSION, flags, nullptr)
+                   : d->get_proc_address_v1(symbol, &at_headers, CUDA_VERSION, flags);
+  return r == CUDA_SUCCESS && at_headers == answer;
+}
+
 }  // namespace
 
 void* watch_wrapper_for_symbol(const char* name, void* sym) {
@@ -155,10 +169,10 @@ void* watch_wrapper_for_symbol(const char* name, void* sym) {
   return unknown_entry(name, sym);
 }
 
-void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer, bool abi_known) {
+void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer) {
   auto [first, last] = std::equal_range(std::begin(kWatchedCalls), std::end(kWatchedCalls), symbol, ByBase{});
   if (first == last) return known_base(symbol) ? nullptr : unknown_entry(symbol, answer);
-  if (!abi_known) return unknown_entry(symbol, answer);
+  if (!abi_known(symbol, answer, cuda_version, flags)) return unknown_entry(symbol, answer);
   // The driver answers a per-thread lookup with the per-thread variant where
   // one exists; the newest ABI at or below the requested version.
   bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;

@@ -37,11 +37,11 @@ namespace cachalloc::shim {
 void* watch_wrapper_for_symbol(const char* name, void* sym);
 
 // The same for a cuGetProcAddress lookup whose driver answer is `answer`.
-// `abi_known`: the answer is an ABI these headers declare (the proc hook
-// checks lookups above the headers' CUDA_VERSION).  The first answer for an
-// ABI is remembered and its wrapper forwards to it; a later lookup answered
-// with another function gets a thunk instead.
-void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer, bool abi_known);
+// A lookup of a watched name above the headers' CUDA_VERSION is checked
+// against the driver's answer at that version (a newer ABI gets a thunk).
+// The first answer for an ABI is remembered and its wrapper forwards to it;
+// a later lookup answered with another function gets a thunk instead.
+void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer);
 
 // The calling thread named its per-thread default stream in work for the
 // current context: noted there once per (thread, context).
