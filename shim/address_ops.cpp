@@ -5,6 +5,7 @@
 
 #include "context_registry.h"
 #include "host_ops.h"
+#include "link_imports.h"
 #include "log.h"
 #include "process_state.h"
 
@@ -158,6 +159,16 @@ void warn_green_context() {
       "cuGreenCtxCreate: cachalloc does not support green contexts: a free does not wait for work on green-context "
       "streams, and their allocations are cached apart from the primary context's; run this program without "
       "cachalloc");
+}
+
+void note_green_stream(CUstream stream) {
+  if (!serving(current_mode())) return;
+  note_streams_outside_contexts();
+  const StreamId id = stream_id(stream, false);
+  for (ContextState* s : live_context_states()) {
+    ContextGuard guard(driver(), s->context());
+    s->note_foreign_stream(id);
+  }
 }
 
 CUresult do_mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {

@@ -49,5 +49,9 @@ bool inside_cachalloc_memory(CUdeviceptr ptr);
 // cuGreenCtxCreate: green contexts are not supported (docs/INTERPOSER.md, the audit);
 // says so once on the log.
 void warn_green_context();
+// cuGreenCtxStreamCreate made `stream`: every context's plain frees fence
+// from here on and the stream waits for the work before (stream_order.h);
+// a fence recorded in the primary context covers its green contexts' work.
+void note_green_stream(CUstream stream);
 
 }  // namespace cachalloc::shim

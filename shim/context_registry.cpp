@@ -6,6 +6,7 @@
 
 #include "capture_tracking.h"
 #include "host_ops.h"
+#include "link_imports.h"
 #include "log.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
@@ -77,7 +78,7 @@ bool granted_elsewhere(const Registry& r, CUcontext peer, int device, CUcontext 
 
 // A context usable for allocations: it has a device and answers
 // cuMemGetInfo (a destroyed context still current after a reset does not).
-ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
+ContextState* find_or_create(CUcontext ctx, const RealDriver* d, bool* created) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (ContextState* s = live_state_locked(r, ctx)) return s;
@@ -86,6 +87,7 @@ ContextState* find_or_create(CUcontext ctx, const RealDriver* d) {
   if (d->cuCtxGetDevice(&device) != CUDA_SUCCESS || d->cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS)
     return nullptr;
   auto* state = new ContextState(ctx, device, total, r.next_index++, d, config());
+  *created = true;
   r.live.push_back(state);
   r.live_count.store(r.live.size(), std::memory_order_relaxed);
   for (const PeerGrant& g : r.grants)
@@ -108,6 +110,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
   backend_.set_context(ctx);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
+  if (unseen_link_imports()) order_.note_unseen_streams(true);
 }
 
 void ContextState::retire() {
@@ -138,9 +141,15 @@ void ContextState::retire_stream(StreamId id) {
 constinit thread_local detail::LastUsed detail::t_last;
 
 // current_context_state() when `ctx` is not the one this thread used last.
+// A context's first cache is also when objects loaded since the last look
+// are read for unseen imports (link_imports.h): rare, and before any of
+// this context's blocks is handed out.
 ContextState* detail::find_current_state(CUcontext ctx, const RealDriver* d) {
-  ContextState* state = find_or_create(ctx, d);
-  if (state != nullptr) t_last = {ctx, state};
+  bool created = false;
+  ContextState* state = find_or_create(ctx, d, &created);
+  if (state == nullptr) return nullptr;
+  t_last = {ctx, state};
+  if (created) check_link_imports();
   return state;
 }
 
@@ -221,6 +230,12 @@ void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext pee
 }
 
 std::size_t live_context_count() { return registry().live_count.load(std::memory_order_relaxed); }
+
+std::vector<ContextState*> live_context_states() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.live;
+}
 
 std::vector<ContextState*> all_context_states() {
   Registry& r = registry();

@@ -58,6 +58,10 @@ class ContextState {
   void note_stream(StreamId id, bool non_blocking) {
     if (id != kLegacyStreamId) order_.note_stream(id, non_blocking);
   }
+  // Work may reach streams no hook sees (link_imports.h); this context
+  // current.
+  void note_unseen_streams() { order_.note_unseen_streams(false); }
+  void note_foreign_stream(StreamId id) { order_.note_foreign_stream(id); }
   // Called before the real cuStreamDestroy, with this context current:
   // drops the stream and makes the blocks cached on it wait for its work
   // (the handle may be reused).
@@ -145,6 +149,9 @@ void peer_access_disabled(CUcontext accessor, int accessor_device, CUcontext pee
 
 // How many contexts have a live cache (one relaxed load).
 std::size_t live_context_count();
+
+// The contexts with a live cache now.
+std::vector<ContextState*> live_context_states();
 
 // Every context seen so far, retired ones included (for reports).  The
 // pointers stay valid forever.

@@ -22,6 +22,7 @@
 #include <atomic>
 
 #include "hook_table.h"
+#include "link_imports.h"
 #include "real_driver.h"
 
 namespace cachalloc::shim {
@@ -70,6 +71,7 @@ bool is_libcuda(void* handle) {
 void* lookup_cuda_symbol(DlsymFn real, void* handle, const char* name) {
   void* sym = real(handle, name);
   if (sym == nullptr) return nullptr;
+  check_link_imports();  // a lookup often follows a load (link_imports.h)
   void* wrapper = wrapper_for_symbol(name, sym);
   return wrapper != nullptr ? wrapper : sym;
 }

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "context_registry.h"
 #include "free_policy.h"
+#include "link_imports.h"
 #include "process_state.h"
 #include "stream_ids.h"
 #include "tags.h"
@@ -492,6 +493,7 @@ void note_stream_created(CUstream stream, unsigned int flags) {
   if (obs::logger().should_log(LogLevel::debug))
     obs::logger().debug("stream {} created", static_cast<const void*>(stream));
   if (!serving(current_mode())) return;
+  check_link_imports();  // objects loaded since start-up (link_imports.h)
   if (ContextState* ctx = current_context_state())
     ctx->note_stream(stream_id(stream, false), (flags & CU_STREAM_NON_BLOCKING) != 0);
 }

@@ -11,6 +11,7 @@
 #include "driver_ops.h"
 #include "guarded.h"
 #include "ipc_ops.h"
+#include "link_imports.h"
 #include "process_state.h"
 #include "real_driver.h"
 
@@ -218,6 +219,76 @@ EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUde
     const CUresult r = real_fn(phCtx, desc, dev, flags);
     if (r == CUDA_SUCCESS) warn_green_context();
     return r;
+  });
+}
+
+EXPORT CUresult cuGreenCtxStreamCreate(CUstream* phStream, CUgreenCtx greenCtx, unsigned int flags, int priority) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuGreenCtxStreamCreate);
+    const CUresult r = real_fn(phStream, greenCtx, flags, priority);
+    if (r == CUDA_SUCCESS) note_green_stream(*phStream);
+    return r;
+  });
+}
+
+// ---- module loads: objects loaded late are read for unseen imports ----
+// A program's object that binds driver names at link time (-lcuda) must
+// load a module or library before it launches anything: a rare call, so
+// the objects loaded since the last look are read here (link_imports.h).
+
+EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuModuleLoad);
+    check_link_imports();
+    return real_fn(module, fname);
+  });
+}
+
+EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuModuleLoadData);
+    check_link_imports();
+    return real_fn(module, image);
+  });
+}
+
+EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                                   CUjit_option* options, void** optionValues) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuModuleLoadDataEx);
+    check_link_imports();
+    return real_fn(module, image, numOptions, options, optionValues);
+  });
+}
+
+EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuModuleLoadFatBinary);
+    check_link_imports();
+    return real_fn(module, fatCubin);
+  });
+}
+
+EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                                  void** jitOptionsValues, unsigned int numJitOptions, CUlibraryOption* libraryOptions,
+                                  void** libraryOptionValues, unsigned int numLibraryOptions) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuLibraryLoadData);
+    check_link_imports();
+    return real_fn(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
+                   numLibraryOptions);
+  });
+}
+
+EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jitOptions,
+                                      void** jitOptionsValues, unsigned int numJitOptions,
+                                      CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                                      unsigned int numLibraryOptions) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuLibraryLoadFromFile);
+    check_link_imports();
+    return real_fn(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                   libraryOptionValues, numLibraryOptions);
   });
 }
 

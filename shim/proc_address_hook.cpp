@@ -7,6 +7,7 @@
 // a caller sees exactly the driver's answers for status and errors.
 #include "cuda_api.h"
 #include "hook_table.h"
+#include "link_imports.h"
 #include "real_driver.h"
 #include "stream_watch.h"
 
@@ -16,6 +17,7 @@ using namespace cachalloc::shim;
 
 static void redirect(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
+  check_link_imports();  // a lookup often follows a load (link_imports.h)
   if (void* w = wrapper_for_proc(symbol, version, flags)) *pfn = w;
   else if (void* v = watch_wrapper_for_proc(symbol, version, flags, *pfn)) *pfn = v;
 }

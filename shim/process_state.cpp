@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "link_imports.h"
 #include "load_mode.h"
 #include "obs/log.h"
 #include "real_driver.h"
@@ -144,6 +145,9 @@ void initialize() {
                        config_storage().to_string(),
                        bad == 0 ? std::string() : " (" + std::to_string(bad) + " CACHALLOC_CONF item(s) not applied)");
   }
+  // Before the first context's cache: a program that binds at link time a
+  // driver name no hook sees starts fenced (link_imports.h).
+  if (m == Mode::active) check_link_imports_at_start();
   g_mode.store(m, std::memory_order_release);
   if (m == Mode::active && g_time_wrappers.load(std::memory_order_relaxed) == 0)
     detail::g_fast_lane.store(true, std::memory_order_release);

@@ -78,6 +78,13 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuStreamGetCtx, "cuStreamGetCtx");
   resolve(h, &d->cuStreamWaitEvent, "cuStreamWaitEvent");
   resolve(h, &d->cuGreenCtxCreate, "cuGreenCtxCreate");
+  resolve(h, &d->cuGreenCtxStreamCreate, "cuGreenCtxStreamCreate");
+  resolve(h, &d->cuModuleLoad, "cuModuleLoad");
+  resolve(h, &d->cuModuleLoadData, "cuModuleLoadData");
+  resolve(h, &d->cuModuleLoadDataEx, "cuModuleLoadDataEx");
+  resolve(h, &d->cuModuleLoadFatBinary, "cuModuleLoadFatBinary");
+  resolve(h, &d->cuLibraryLoadData, "cuLibraryLoadData");
+  resolve(h, &d->cuLibraryLoadFromFile, "cuLibraryLoadFromFile");
   resolve(h, &d->cuCtxGetCurrent, "cuCtxGetCurrent");
   resolve(h, &d->cuCtxSetCurrent, "cuCtxSetCurrent");
   resolve(h, &d->cuCtxGetDevice, "cuCtxGetDevice");

@@ -63,6 +63,14 @@ struct RealDriver {
   PFN_cuDeviceSetMemPool_v11020 cuDeviceSetMemPool = nullptr;
   PFN_cuMemPoolSetAccess_v11020 cuMemPoolSetAccess = nullptr;
   PFN_cuGreenCtxCreate_v12040 cuGreenCtxCreate = nullptr;
+  PFN_cuGreenCtxStreamCreate_v12050 cuGreenCtxStreamCreate = nullptr;
+  // Passed through; a look for unseen imports first (link_imports.h).
+  PFN_cuModuleLoad_v2000 cuModuleLoad = nullptr;
+  PFN_cuModuleLoadData_v2000 cuModuleLoadData = nullptr;
+  PFN_cuModuleLoadDataEx_v2010 cuModuleLoadDataEx = nullptr;
+  PFN_cuModuleLoadFatBinary_v2000 cuModuleLoadFatBinary = nullptr;
+  PFN_cuLibraryLoadData_v12000 cuLibraryLoadData = nullptr;
+  PFN_cuLibraryLoadFromFile_v12000 cuLibraryLoadFromFile = nullptr;
   // Graphs: what keeps a capture's blocks (graph_owners.h); optional.  The
   // oldest ABIs are named graph_*_v1: cuda.h maps their names to the newest.
   PFN_cachalloc_cuGraphInstantiate_v10000 graph_instantiate_v1 = nullptr;     // the 10.0 ABI

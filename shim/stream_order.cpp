@@ -137,8 +137,10 @@ void StreamOrder::captures_ended() {
 void StreamOrder::log_leaving_serial(StreamId id, bool non_blocking, const char* how) {
   auto& logger = obs::logger();
   if (!logger.should_log(LogLevel::info)) return;
-  const char* kind = non_blocking ? "non-blocking" : is_per_thread_id(id) ? "a thread's per-thread default stream"
-                                                                           : "a second blocking stream";
+  const char* kind = id == kUnseenStreams ? "streams of entry points no hook sees"
+                     : non_blocking       ? "non-blocking"
+                     : is_per_thread_id(id) ? "a thread's per-thread default stream"
+                                            : "a second blocking stream";
   const char* after = *how == 'e'   ? " (it waits on the device for the work enqueued before it)"
                       : *how == 's' ? " (the device was synchronized once, for the frees before it)"
                                     : "";

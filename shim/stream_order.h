@@ -63,16 +63,20 @@
 // _ptsz/_ptds variant.  Every such entry point the toolkit's headers
 // declare is wrapped on every route (generated from cudaTypedefs.h, so the
 // list cannot miss one of them), and every entry point they do not declare
-// is wrapped by a thunk that assumes the per-thread stream was used.  So
+// is wrapped by a thunk that assumes the per-thread stream was used; a
+// name bound at link time that no hook sees is found in the program's
+// relocations and fences every free (link_imports.h).  So
 // the per-thread stream of a thread is noted before its first work is
 // enqueued, and noting ends the single sequence before that work can meet
 // a block reused at once (leave_serial, order_after_serial_work).  What
 // the shim cannot type costs a fence (memory), never an early reuse.
 //
-// Not observed (documented in docs/INTERPOSER.md): streams of green
-// contexts; names newer than the headers bound at link time by a program
-// linked against libcuda without cudart or dlsym; unknown entry points on
-// architectures other than x86-64 (a warning names each).
+// Streams of green contexts are noted at their creation (every context
+// leaves the sequence; the primary's context-wide fence covers them).
+// Not observed (docs/INTERPOSER.md): a plugin loaded late that reaches a
+// link-time name no hook sees before any rare call lets its imports be
+// read; unknown entry points on architectures other than x86-64 (a
+// warning names each).
 #pragma once
 
 #include <atomic>
@@ -97,6 +101,23 @@ class StreamOrder {
     if (serial_.load(std::memory_order_acquire)) [[unlikely]] leave_serial(id, non_blocking);
     if (serial_end_pending_.load(std::memory_order_acquire)) [[unlikely]] order_after_serial_work(id);
   }
+  // Work may reach streams no hook sees (link_imports.h): plain frees wait
+  // for fences from here on, as after a non-blocking stream's creation.
+  // `fresh`: nothing ran in the context yet, so nothing needs ordering.
+  void note_unseen_streams(bool fresh) {
+    if (fresh) {
+      multi_stream_.store(true);
+      serial_.store(false, std::memory_order_release);
+    } else if (serial_.load(std::memory_order_acquire)) {
+      leave_serial(kUnseenStreams, true);
+    }
+  }
+  // A stream this context's fences do not name (a green context's): plain
+  // frees fence from here on, and the stream waits for the work before.
+  void note_foreign_stream(StreamId id) {
+    if (serial_.load(std::memory_order_acquire)) [[unlikely]] leave_serial(id, true);
+    if (serial_end_pending_.load(std::memory_order_acquire)) [[unlikely]] order_after_serial_work(id);
+  }
   // Before the real cuStreamDestroy (waits for a fence recording on it).
   void forget_stream(StreamId id) { nonblocking_.remove(id); }
 
@@ -114,6 +135,9 @@ class StreamOrder {
   // leave_serial, which orders these reads with the serial-end event).
   bool multi_stream() const { return multi_stream_.load(); }
   const StreamSet& nonblocking() const { return nonblocking_; }
+
+  // The id leave_serial is told for streams no hook sees (never a stream's).
+  static constexpr StreamId kUnseenStreams = 0;
 
  private:
   void leave_serial(StreamId id, bool non_blocking);

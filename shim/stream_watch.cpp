@@ -153,20 +153,22 @@ bool abi_known(const char* symbol, void* answer, int version, cuuint64_t flags) 
 
 }  // namespace
 
+bool names_no_stream(const char* name) {
+  char base[128];
+  bool per_thread = false;
+  if (!split_symbol(name, base, &per_thread) || per_thread || !known_base(base)) return false;
+  auto [first, last] = std::equal_range(std::begin(kWatchedCalls), std::end(kWatchedCalls), base, ByBase{});
+  return std::none_of(first, last, [](const WatchedCall& w) { return !w.per_thread; });
+}
+
 void* watch_wrapper_for_symbol(const char* name, void* sym) {
   for (const WatchedCall& w : kWatchedCalls)
     if (w.exported != nullptr && std::strcmp(w.exported, name) == 0) return w.exported_fn;
-  char base[128];
-  bool per_thread = false;
-  if (!split_symbol(name, base, &per_thread)) return unknown_entry(name, sym);
-  auto [first, last] = std::equal_range(std::begin(kWatchedCalls), std::end(kWatchedCalls), base, ByBase{});
   // A known entry point that names no stream in any plain ABI (it may have
-  // a watched _ptds twin): nothing to watch.
-  if (!per_thread && known_base(base) && std::none_of(first, last, [](const WatchedCall& w) { return !w.per_thread; }))
-    return nullptr;
-  // A per-thread variant, or an ABI of a watched call, under a name other
-  // than the current one (an older ABI), or a name these headers lack.
-  return unknown_entry(name, sym);
+  // a watched _ptds twin): nothing to watch.  Otherwise a per-thread
+  // variant, or an ABI of a watched call under a name other than the
+  // current one (an older ABI), or a name these headers lack.
+  return names_no_stream(name) ? nullptr : unknown_entry(name, sym);
 }
 
 void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer) {

@@ -43,6 +43,11 @@ void* watch_wrapper_for_symbol(const char* name, void* sym);
 // a later lookup answered with another function gets a thunk instead.
 void* watch_wrapper_for_proc(const char* symbol, int cuda_version, cuuint64_t flags, void* answer);
 
+// A known driver entry point that names no stream in any ABI (a program
+// that binds it at link time puts no work on a per-thread stream with it:
+// link_imports.h).  False for names these headers lack.
+bool names_no_stream(const char* name);
+
 // The calling thread named its per-thread default stream in work for the
 // current context: noted there once per (thread, context).
 void note_per_thread_stream() noexcept;

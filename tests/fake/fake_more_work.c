@@ -55,6 +55,13 @@ EXPORT CUresult cuFutureWork(void* a, int b, size_t c, void* d, unsigned e, CUst
   (void)a, (void)b, (void)c, (void)d, (void)e;
   return fake_launch(s, 0);
 }
+/* A module load: nothing behind the handle (the fake runs no kernels). */
+static int fake_module;
+EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *module = (CUmodule)&fake_module;
+  return CUDA_SUCCESS;
+}
 /* cuLaunchKernel's signature with an extra argument on the stack: a new ABI
  * a lookup at version 13050 gets. */
 EXPORT CUresult cuLaunchKernel_v13050(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

@@ -130,6 +130,7 @@ static const struct proc_entry proc_table[] = {
   PROC("cuCtxDetach", 2000, 0, cuCtxDetach),
   PROC("cuStreamGetCtx", 9020, 0, cuStreamGetCtx),
   PROC("cuGreenCtxCreate", 12040, 0, cuGreenCtxCreate),
+  PROC("cuGreenCtxStreamCreate", 12050, 0, cuGreenCtxStreamCreate),
   PROC("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),
   PROC("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
   PROC("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),

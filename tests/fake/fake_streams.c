@@ -63,6 +63,15 @@ static CUresult create_stream(CUstream* out, unsigned int flags) {
 }
 
 EXPORT CUresult cuStreamCreate(CUstream* out, unsigned int flags) { return create_stream(out, flags); }
+/* A green context's stream: non-blocking, as cuda.h requires, and in the
+ * fake simply a stream of the current context (the fake's green contexts
+ * have nothing behind them; a context-wide event covers its work, as the
+ * primary's cuCtxRecordEvent covers its green contexts' on a GPU). */
+EXPORT CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx green, unsigned int flags, int priority) {
+  (void)priority;
+  if (green == NULL || !(flags & CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  return create_stream(out, flags);
+}
 
 EXPORT CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
   (void)priority;

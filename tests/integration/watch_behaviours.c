@@ -10,8 +10,13 @@
  * wrappers and thunks (shim/stream_watch.h) each of these handed p out at
  * once.  A program linked against libcuda binds at link time only the names
  * cachalloc exports, which cannot include names newer than its headers:
- * those behaviours skip on the linked route (docs/INTERPOSER.md). */
+ * those behaviours skip on the linked route.  route_linked_imports binds
+ * two such names at link time; there the imports are read at start-up and
+ * every plain free fences (shim/link_imports.h, docs/INTERPOSER.md). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "route_common.h"
@@ -122,10 +127,72 @@ static int watch_unknown_one_thread_serial(void) {
   return 0;
 }
 
+/* A plugin linked against libcuda, dlopened after the context's cache
+ * exists (late_plugin.c): its link-time import of a newer name is read
+ * when it loads its module, before its work can meet a block reused at
+ * once.  The plugin's path: CACHALLOC_TEST_PLUGIN. */
+typedef CUresult (*plugin_fn)(void);
+static int watch_late_plugin(void) {
+  CUstream s;
+  CUdeviceptr p = 0;
+  const char* path = getenv("CACHALLOC_TEST_PLUGIN");
+  CHECK(path != NULL);
+  CHECK_CU(A->stream_create(&s, 0)); /* the one blocking stream: one sequence */
+  CHECK_CU(A->mem_alloc(&p, MiB));
+  void* plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (plugin == NULL) fprintf(stderr, "dlopen: %s\n", dlerror());
+  CHECK(plugin != NULL);
+  plugin_fn start = (plugin_fn)dlsym(plugin, "plugin_start");
+  plugin_fn work = (plugin_fn)dlsym(plugin, "plugin_work");
+  CHECK(start != NULL && work != NULL);
+  CHECK_CU(start());
+  CHECK_CU(work()); /* on this thread's per-thread stream P, still running: */
+  CHECK(stats().per_thread_launches == 1);
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  if (freed_block_waits_for_per_thread(p, MiB) != 0) return 1;
+  CHECK_CU(A->stream_destroy(s));
+  return 0;
+}
+
+/* A green context's stream: non-blocking, and its work is never named to a
+ * hook that notes streams (launches check only for the per-thread
+ * stream).  Work on it still uses p when p is freed: the next allocation
+ * of that size must not be p unless something waited for it.
+ * `before_cache`: the stream exists before the context's first allocation
+ * (the context's cache then starts outside the single sequence). */
+typedef CUresult (*green_create_fn)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned);
+typedef CUresult (*green_stream_fn)(CUstream*, CUgreenCtx, unsigned, int);
+static int green_stream(int before_cache) {
+  green_create_fn create = (green_create_fn)A->entry("cuGreenCtxCreate", 12040, 0, "cuGreenCtxCreate");
+  green_stream_fn make = (green_stream_fn)A->entry("cuGreenCtxStreamCreate", 12050, 0, "cuGreenCtxStreamCreate");
+  CHECK(create != NULL && make != NULL);
+  CUgreenCtx green;
+  CUstream s;
+  CUdeviceptr p = 0, q = 0;
+  if (!before_cache) CHECK_CU(A->mem_alloc(&p, MiB)); /* the context's cache exists: one sequence */
+  CHECK_CU(create(&green, NULL, 0, 0));
+  CHECK_CU(make(&s, green, CU_STREAM_NON_BLOCKING, 0));
+  if (before_cache) CHECK_CU(A->mem_alloc(&p, MiB));
+  CHECK_CU(A->launch_kernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL)); /* reads p */
+  A->fake_hold(s, 1);
+  const unsigned long waits = stats().event_sync, syncs = stats().ctx_sync;
+  CHECK_CU(A->mem_free(p));
+  CHECK_CU(A->mem_alloc(&q, MiB));
+  CHECK(q != p || stats().event_sync > waits || stats().ctx_sync > syncs);
+  A->fake_hold(s, 0);
+  CHECK_CU(A->mem_free(q));
+  return 0;
+}
+static int watch_green_stream(void) { return green_stream(0); }
+static int watch_green_stream_before_cache(void) { return green_stream(1); }
+
 static const struct {
   const char* name;
   behaviour_fn run;
 } behaviours[] = {
+  {"watch_late_plugin", watch_late_plugin},
+  {"watch_green_stream", watch_green_stream},
+  {"watch_green_stream_before_cache", watch_green_stream_before_cache},
   {"watch_memcpy_atod_ptds", watch_memcpy_atod_ptds},
   {"watch_memcpy_dtoa_ptds", watch_memcpy_dtoa_ptds},
   {"watch_batch_copy_12080_ptsz", watch_batch_copy_12080_ptsz},
