@@ -85,6 +85,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
     report.config_errors = shim::config_errors();
     report.pid = static_cast<int>(getpid());
     report.command_line = shim::command_line();
+    report.job = obs::job_place_from_environment();
     for (shim::ContextState* ctx : shim::all_context_states()) {
       obs::DeviceReport d;
       d.device = ctx->device();

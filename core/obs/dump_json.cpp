@@ -15,6 +15,28 @@ void header_fields(JsonWriter& w, const ProcessReport& r, const std::string& hos
   w.field("host", host);
 }
 
+// An optional number, or null: a reader tells "not known" from 0.
+void optional_field(JsonWriter& w, std::string_view name, const std::optional<std::int64_t>& v) {
+  w.key(name);
+  if (v) w.value(*v);
+  else w.null();
+}
+
+void optional_field(JsonWriter& w, std::string_view name, const std::string& v) {
+  w.key(name);
+  if (!v.empty()) w.value(v);
+  else w.null();
+}
+
+// Where the process stands in its job (path_template.h, JobPlace), so that
+// `cachalloc-report job DIR` can merge the dumps of every rank.
+void job_fields(JsonWriter& w, const JobPlace& job) {
+  optional_field(w, "rank", job.rank);
+  optional_field(w, "world_size", job.world_size);
+  optional_field(w, "rank_variable", job.rank_variable);
+  optional_field(w, "job", job.job);
+}
+
 void interposer_object(JsonWriter& w, const ProcessReport& r) {
   w.key("interposer");
   w.begin_object();
@@ -174,6 +196,7 @@ std::string stats_json(const ProcessReport& r, const std::string& host) {
   JsonWriter w;
   w.begin_object();
   header_fields(w, r, host);
+  job_fields(w, r.job);
   w.field("command_line", r.command_line);
   w.field("config", r.config.to_string());
   w.key("config_errors");

@@ -2,8 +2,11 @@
 //
 // Stats dump schema (version 1; scripts/cachalloc-report and the GPU scripts
 // read it):
-//   {"version":1, "pid":N, "host":"...", "command_line":"...",
-//    "config":"<Config::to_string()>",
+//   {"version":1, "pid":N, "host":"...",
+//    "rank":N|null, "world_size":N|null, "rank_variable":"RANK"|null,
+//    "job":"SLURM_JOB_ID=123"|null,   (the launcher's variables: JobPlace,
+//                                   path_template.h; null where none is set)
+//    "command_line":"...", "config":"<Config::to_string()>",
 //    "interposer":{"calls":{"<entry>":N,...}, "passthrough":{"<reason>":N,...},
 //                  "ns_inside":N, "ns_in_driver":N, "driver_calls":N},
 //    "pinned_host":{"<host_memory_stats() key>":N, ...},  (only when the process used

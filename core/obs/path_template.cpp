@@ -3,33 +3,93 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <ctime>
 
 namespace cachalloc::obs {
+
+namespace {
+
+// A rank variable and the job size its launcher sets beside it (nullptr:
+// none that says the whole job's size).
+struct RankVariable {
+  const char* rank;
+  const char* size;
+};
 
 // The order matters where launchers nest: under `srun torchrun ...` every
 // worker of a node shares SLURM_PROCID (torchrun's own task) while RANK is
 // the worker's global rank; an MPI launcher's rank variable names the same
 // process as SLURM_PROCID where both are set.  LOCAL_RANK alone (a launcher that
 // sets no global rank) is the last resort.
-std::string rank_from_environment() {
-  static constexpr const char* kRankVariables[] = {
-      "RANK",                  // torchrun, torch.distributed.launch, accelerate, DeepSpeed
-      "OMPI_COMM_WORLD_RANK",  // Open MPI's mpirun
-      "PMIX_RANK",             // PMIx launchers (prterun, srun --mpi=pmix)
-      "PMI_RANK",              // MPICH and Intel MPI (Hydra mpiexec)
-      "MV2_COMM_WORLD_RANK",   // MVAPICH2
-      "FLUX_TASK_RANK",        // Flux
-      "JSM_NAMESPACE_RANK",    // IBM jsrun
-      "SLURM_PROCID",          // srun
-      "LOCAL_RANK",            // torchrun's rank within the node, when nothing else is set
-  };
-  for (const char* name : kRankVariables) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return v;
+constexpr RankVariable kRankVariables[] = {
+    {"RANK", "WORLD_SIZE"},                                  // torchrun, torch.distributed.launch, accelerate, DeepSpeed
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},        // Open MPI's mpirun
+    {"PMIX_RANK", nullptr},                                  // PMIx launchers (prterun, srun --mpi=pmix)
+    {"PMI_RANK", "PMI_SIZE"},                                // MPICH and Intel MPI (Hydra mpiexec)
+    {"MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"},          // MVAPICH2
+    {"FLUX_TASK_RANK", "FLUX_JOB_SIZE"},                     // Flux
+    {"JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE"},            // IBM jsrun
+    {"SLURM_PROCID", "SLURM_NTASKS"},                        // srun
+    {"LOCAL_RANK", "LOCAL_WORLD_SIZE"},                      // torchrun's rank within the node, when nothing else is set
+};
+
+// Job identifiers, the launcher's own first: two torchrun or mpirun jobs run
+// one after the other inside one Slurm allocation share SLURM_JOB_ID but not
+// these.  torchrun's static rendezvous without --rdzv-id says "none", which
+// tells no job apart.
+constexpr const char* kJobVariables[] = {
+    "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "FLUX_JOB_ID",
+    "SLURM_JOB_ID",        "LSB_JOBID",      "PBS_JOBID",
+};
+
+const char* env_value(const char* name) {
+  if (name == nullptr) return nullptr;
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+const RankVariable* rank_variable_set() {
+  for (const RankVariable& var : kRankVariables)
+    if (env_value(var.rank) != nullptr) return &var;
+  return nullptr;
+}
+
+// A decimal number, all of the text; none otherwise ("", "3x", "-", overflow).
+std::optional<std::int64_t> whole_number(const char* text) {
+  if (text == nullptr) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 0) return std::nullopt;
+  return static_cast<std::int64_t>(v);
+}
+
+std::string job_identifier() {
+  for (const char* name : kJobVariables) {
+    const char* v = env_value(name);
+    if (v != nullptr && std::string_view(v) != "none") return std::string(name) + "=" + v;
   }
-  return "0";
+  return "";
+}
+
+}  // namespace
+
+std::string rank_from_environment() {
+  const RankVariable* var = rank_variable_set();
+  return var != nullptr ? env_value(var->rank) : "0";
+}
+
+JobPlace job_place_from_environment() {
+  JobPlace place;
+  place.job = job_identifier();
+  const RankVariable* var = rank_variable_set();
+  if (var == nullptr) return place;
+  place.rank_variable = var->rank;
+  place.rank = whole_number(env_value(var->rank));
+  place.world_size = whole_number(env_value(var->size));
+  return place;
 }
 
 namespace {

@@ -11,8 +11,14 @@
 //       Not the CUDA device: one file holds every device of the process.
 //   %%  a literal '%'
 // Any other "%x" (and a trailing lone '%') is kept as written.
+//
+// The same launcher variables place the process in its job for the stats
+// dump ("rank", "world_size", "rank_variable", "job"), so that
+// `cachalloc-report job DIR` can merge the dumps of every rank.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,6 +36,23 @@ TemplateContext current_template_context();
 
 // The rank from the environment, or "0".
 std::string rank_from_environment();
+
+// Where this process stands in its job, as its launcher set the environment.
+struct JobPlace {
+  // The rank %r names, as a number; none when no rank variable is set or its
+  // value is not a decimal number (%r still names the file: "0", or the text).
+  std::optional<std::int64_t> rank;
+  // The size that goes with that rank variable (RANK: WORLD_SIZE,
+  // SLURM_PROCID: SLURM_NTASKS, ...), when its launcher sets one.
+  std::optional<std::int64_t> world_size;
+  std::string rank_variable;  // the variable the rank came from; "" if none
+  // "VARIABLE=value" of the first job identifier set (TORCHELASTIC_RUN_ID,
+  // PMIX_NAMESPACE, SLURM_JOB_ID, ...); "" if none.  The ranks of one job
+  // share it; dumps of two jobs in one folder differ in it.
+  std::string job;
+};
+
+JobPlace job_place_from_environment();
 
 std::string expand_path_template(std::string_view tmpl, const TemplateContext& ctx);
 

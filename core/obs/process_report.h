@@ -14,6 +14,7 @@
 #include "config.h"
 #include "host_cache.h"
 #include "observer.h"
+#include "path_template.h"
 #include "stats.h"
 
 namespace cachalloc::obs {
@@ -117,6 +118,7 @@ struct ProcessReport {
   std::vector<std::string> config_errors;
   std::string command_line;            // argv joined by spaces
   int pid = 0;
+  JobPlace job;                        // rank, world size, job id (issue 37 item 4: the job report)
   std::vector<DeviceReport> devices;
   // Copied out of InterposerCounters (plain numbers, so reports can be built in tests).
   std::array<std::uint64_t, static_cast<int>(Entry::count)> calls{};

@@ -3,8 +3,9 @@
 # (pkg-config finds the header and the library), a program compiled and
 # linked with those flags calling cachalloc_version(), one version string
 # (meson's project version) from the library, the launcher and the Python
-# package, the docs, and `cachalloc --help` naming every CACHALLOC_CONF key
-# of core/config.cpp's table.
+# package, the docs, `cachalloc --help` naming every CACHALLOC_CONF key
+# of core/config.cpp's table, and cachalloc-report's `job` module found by
+# both installed copies of the tool.
 #   install.sh BUILD_DIR SOURCE_DIR VERSION
 # Installs into a temporary DESTDIR; exit 77 without pkg-config or cc.
 set -u
@@ -60,4 +61,22 @@ done
 init=$(find "$dest" -path '*/cachalloc/__init__.py')
 [ -n "$init" ] || fail "no Python package installed"
 grep -q "^__version__ = \"$version\"" "$init" || fail "the Python package's __version__ is not $version"
+
+# cachalloc-report finds the module of its `job` command (issue 37 item 4)
+# where it is installed: bin/, beside the command, and in the package, beside
+# report.py.  A folder without dumps is the error every copy must reach.
+report=$(find "$dest" -path '*/bin/cachalloc-report')
+[ -n "$report" ] || fail "no bin/cachalloc-report"
+mkdir "$dest/no-dumps"
+for how in bin package; do
+  if [ $how = bin ]; then
+    out=$(python3 "$report" job "$dest/no-dumps" 2>&1)
+  else
+    out=$(PYTHONPATH="${init%/cachalloc/__init__.py}" python3 -m cachalloc.report job "$dest/no-dumps" 2>&1)
+  fi
+  rc=$?
+  if [ $rc -ne 1 ] || ! echo "$out" | grep -q '^cachalloc-report: no cachalloc stats dump in'; then
+    fail "installed cachalloc-report job ($how) exited $rc: $out"
+  fi
+done
 echo "ok"

@@ -26,7 +26,9 @@ run() {
     { cat "$dir/out-$tag" >&2; echo "ranks: $tag ($*) failed" >&2; }
 }
 
-# check DIR N...: exactly the dumps stats-N.json, complete, from distinct processes.
+# check DIR N...: exactly the dumps stats-N.json, complete, from distinct
+# processes, each saying its rank N ("rank":N; $dump_rank instead if set:
+# null where no rank variable is).
 check() {
   dir=$1
   shift
@@ -39,6 +41,7 @@ check() {
     [ -s "$f" ] || fail "$f missing"
     grep -q '"version":1,' "$f" || fail "$f is not a stats dump"
     grep -q '"allocation.all.allocated":[1-9]' "$f" || fail "$f shows no allocation served"
+    grep -q "\"rank\":${dump_rank:-$r}," "$f" || fail "$f does not say rank ${dump_rank:-$r}"
     pid=$(sed -n 's/.*"pid":\([0-9]*\),.*/\1/p' "$f")
     case " $pids " in *" $pid "*) fail "$f: same process as another dump" ;; esac
     pids="$pids $pid"
@@ -63,11 +66,14 @@ run "$d" b SLURM_PROCID=0 RANK=3 LOCAL_RANK=1 &
 wait
 check "$d" 2 3
 
-# No rank variable: a single process is rank 0.
+# No rank variable: a single process is rank 0 in the file name, and its
+# dump says it has no rank ("rank":null).
 d="$tmp/none"
 mkdir -p "$d"
 run "$d" a
+dump_rank=null
 check "$d" 0
+dump_rank=
 
 # The launcher wraps a launcher (`cachalloc -- torchrun ...`): the ranks it
 # starts inherit LD_PRELOAD and CACHALLOC_CONF; the launcher process itself

@@ -4,7 +4,7 @@
 # a fresh virtual environment, and then, with no environment variable set,
 #   - the `cachalloc` command preloads the wheel's own libcachalloc.so and
 #     serves examples/driver_patterns on the fake driver,
-#   - `cachalloc-report` reads the dump,
+#   - `cachalloc-report` reads the dump (`brief`, and `job` with its module),
 #   - `import cachalloc` finds the wheel's library; __version__, the
 #     library's cachalloc_version() and `cachalloc --version` agree.
 #   wheel.sh SOURCE_DIR WHEEL_BUILD_DIR DRIVER_PATTERNS FAKE_LIBCUDA_DIR VERSION
@@ -49,6 +49,10 @@ LD_LIBRARY_PATH="$fake_dir" "$bin/cachalloc" --conf "stats:$tmp/dump.json" -- "$
 cat "$tmp/brief.txt"
 grep -q '^cachalloc intercepted [1-9][0-9]* device allocations' "$tmp/brief.txt" || fail "nothing intercepted"
 grep -q '^[1-9][0-9]* of the [0-9]* allocations it served' "$tmp/brief.txt" || fail "nothing served from the cache"
+# `job` imports its module from the package (issue 37 item 4): one dump,
+# written with no rank variable set, shown by its pid.
+"$bin/cachalloc-report" job "$tmp" >"$tmp/job.txt" 2>&1 || { cat "$tmp/job.txt"; fail "cachalloc-report job"; }
+grep -q '^job: 1 dump (1 process without a rank)' "$tmp/job.txt" || { cat "$tmp/job.txt"; fail "cachalloc-report job: the job line"; }
 
 # The module, with no environment variable: the library beside it, one version.
 "$bin/python" - "$pkg" "$version" <<'PY' || fail "the module"

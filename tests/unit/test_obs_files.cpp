@@ -79,6 +79,17 @@ void clear_rank_env() {
   for (const char* n : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) unsetenv(n);
 }
 
+// Every variable JobPlace reads, so that a test run inside a real job (CI
+// under Slurm) sees only what the test sets.
+void clear_job_env() {
+  for (const char* n : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                        "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "FLUX_TASK_RANK",
+                        "FLUX_JOB_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                        "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE",
+                        "OMPI_MCA_ess_base_jobid", "FLUX_JOB_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID"})
+    unsetenv(n);
+}
+
 ProcessReport small_report() {
   ProcessReport r;
   r.pid = 77;
@@ -125,6 +136,60 @@ TEST_CASE("rank comes from the first set variable, else 0", "[obs][files]") {
     CHECK(rank_from_environment() == "7");
   }
   CHECK(rank_from_environment() == "0");
+}
+
+TEST_CASE("job place: no launcher, no rank", "[obs][files]") {
+  clear_job_env();
+  JobPlace p = job_place_from_environment();
+  CHECK_FALSE(p.rank.has_value());
+  CHECK_FALSE(p.world_size.has_value());
+  CHECK(p.rank_variable.empty());
+  CHECK(p.job.empty());
+  CHECK(rank_from_environment() == "0");  // the file name still says 0
+}
+
+TEST_CASE("job place: the rank %r names, its own launcher's size, the launcher's job id first", "[obs][files]") {
+  clear_job_env();
+  EnvVar procid("SLURM_PROCID", "3"), ntasks("SLURM_NTASKS", "8"), jobid("SLURM_JOB_ID", "991");
+  JobPlace p = job_place_from_environment();
+  CHECK(p.rank == 3);
+  CHECK(p.world_size == 8);
+  CHECK(p.rank_variable == "SLURM_PROCID");
+  CHECK(p.job == "SLURM_JOB_ID=991");
+  {
+    // torchrun inside srun: RANK wins, and the size is torchrun's, not srun's
+    EnvVar rank("RANK", "5"), world("WORLD_SIZE", "16"), run_id("TORCHELASTIC_RUN_ID", "none");
+    p = job_place_from_environment();
+    CHECK(p.rank == 5);
+    CHECK(p.world_size == 16);
+    CHECK(p.rank_variable == "RANK");
+    CHECK(p.job == "SLURM_JOB_ID=991");  // "none" (no --rdzv-id) tells no job apart
+    EnvVar named("TORCHELASTIC_RUN_ID", "abc");
+    CHECK(job_place_from_environment().job == "TORCHELASTIC_RUN_ID=abc");
+  }
+  {
+    // a launcher that sets no size: none, not another launcher's
+    EnvVar pmix("PMIX_RANK", "2");
+    p = job_place_from_environment();
+    CHECK(p.rank == 2);
+    CHECK_FALSE(p.world_size.has_value());
+    CHECK(p.rank_variable == "PMIX_RANK");
+  }
+  clear_job_env();
+}
+
+TEST_CASE("job place: a rank that is not a number is no rank, but still names the file", "[obs][files]") {
+  clear_job_env();
+  for (const char* text : {"x1", "1x", "-1", "99999999999999999999"}) {
+    INFO(text);
+    EnvVar rank("RANK", text), world("WORLD_SIZE", "");
+    JobPlace p = job_place_from_environment();
+    CHECK_FALSE(p.rank.has_value());
+    CHECK_FALSE(p.world_size.has_value());
+    CHECK(p.rank_variable == "RANK");
+    CHECK(rank_from_environment() == text);
+  }
+  clear_job_env();
 }
 
 TEST_CASE("current template context: this pid, a host, a date", "[obs][files]") {

@@ -115,6 +115,28 @@ TEST_CASE("stats dump: schema and numbers equal the stats", "[obs][json]") {
   CHECK(j["repeated_ooms"].items.empty());
 }
 
+TEST_CASE("stats dump: the rank, world size and job, null where the launcher set none", "[obs][json]") {
+  RunReport run;
+  Json none = parse_json(stats_json(run.report, "node7"));
+  for (const char* key : {"rank", "world_size", "rank_variable", "job"}) {
+    INFO(key);
+    REQUIRE(none.has(key));
+    CHECK(none[key].kind == Json::null);
+  }
+  run.report.job = JobPlace{3, 8, "SLURM_PROCID", "SLURM_JOB_ID=991"};
+  Json j = parse_json(stats_json(run.report, "node7"));
+  CHECK(j["rank"].i64() == 3);
+  CHECK(j["world_size"].i64() == 8);
+  CHECK(j["rank_variable"].text == "SLURM_PROCID");
+  CHECK(j["job"].text == "SLURM_JOB_ID=991");
+  run.report.job = JobPlace{0, std::nullopt, "LOCAL_RANK", ""};  // rank 0 is a rank, not "none"
+  Json zero = parse_json(stats_json(run.report, "node7"));
+  CHECK(zero["rank"].kind == Json::number);
+  CHECK(zero["rank"].i64() == 0);
+  CHECK(zero["world_size"].kind == Json::null);
+  CHECK(zero["job"].kind == Json::null);
+}
+
 TEST_CASE("stats dump: a repeated out-of-memory condition, counted", "[obs][json]") {
   RunReport run;
   run.report.repeated_ooms.push_back({1, "per_process_memory_fraction", 288, 1073741, 1 * GiB, 64 * MiB});
