@@ -78,9 +78,10 @@ for (who, case), by_t in sorted(rates.items()):
 PY
 
 # One thread, async pairs, on a stream of its own vs one another thread
-# created (BENCHMARKS §4: 10.4 vs 1.3 M pairs/s on the GPU, with the caches
-# off too): the rate with cachalloc's own time and driver calls beside it,
-# to tell whether the difference is inside cachalloc or below it.
+# created (tree 2755350, BENCHMARKS.md Archive: 10.4 vs 1.3 M pairs/s on
+# the GPU, with the caches off too): the rate with cachalloc's own time and
+# driver calls beside it, to tell whether the difference is inside cachalloc
+# or below it.
 echo "== one thread, async: own stream vs a stream another thread created"
 for m in own shared; do
   timeout 60 env LD_PRELOAD="$SHIM" CACHALLOC_CONF=stats:stderr "$BENCH" threads threads=1 streams=$m \

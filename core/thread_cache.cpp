@@ -278,8 +278,8 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
 // context's streams, so with T threads each fencing its own frees the fences
 // come T times as often and cost more each (one stream per thread is the
 // common arrangement): on the H100, throughput of plain pairs with each
-// thread on its own stream stopped rising after 2-4 threads (BENCHMARKS.md
-// section 4) at a batch of 64.  Scaling the batch keeps the fences per
+// thread on its own stream stopped rising after 2-4 threads (tree 2755350,
+// BENCHMARKS.md Archive) at a batch of 64.  Scaling the batch keeps the fences per
 // second of all threads together about those of one thread.  What waits is
 // still bounded by the cache's bytes (fence_due: an eighth of its limit).
 std::size_t CachingAllocator::thread_fence_batch() const {

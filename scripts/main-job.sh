@@ -115,5 +115,6 @@ export LD_LIBRARY_PATH="$PWD/$dir/tests/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 run driver_patterns "$dir/examples/driver_patterns"
 cat <<'MSG'
    (The fake driver answers in about a microsecond; on an H100 a real
-   cuMemAlloc+cuMemFree pair of 1 MiB costs about 71-87 us, docs/BENCHMARKS.md.)
+   cudaMalloc+cudaFree pair of 1 MiB costs about 73 us, docs/BENCHMARKS.md
+   section 4.)
 MSG

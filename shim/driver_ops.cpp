@@ -223,9 +223,9 @@ CUcontext context_of_stream(CUstream stream) {
 // none, and the driver serves it in the stream's context.  So does this: the
 // stream's context is made current for the call (and the thread's own, none,
 // restored), and the call is served as if the program had made it current.
-// Before, these calls went to the driver's pool (BENCHMARKS.md section 4:
-// one thread on another thread's stream did 1.3 M pairs/s, against 10.4 on
-// its own).  `served` is false, and nothing changed, when the stream names
+// Before, these calls went to the driver's pool (tree 2755350, BENCHMARKS.md
+// Archive: one thread on another thread's stream did 1.3 M pairs/s, against
+// 10.4 on its own).  `served` is false, and nothing changed, when the stream names
 // no context the shim could make current.
 template <class Fn>
 [[gnu::noinline]] CUresult in_stream_context(CUstream stream, bool* served, Fn&& fn) {

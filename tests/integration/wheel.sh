@@ -40,6 +40,9 @@ preload=$("$bin/cachalloc" -- sh -c 'printf %s "$LD_PRELOAD"')
 [ "$(realpath "$preload")" = "$(realpath "$pkg/libcachalloc.so")" ] || fail "cachalloc preloads '$preload'"
 "$bin/cachalloc" --help | grep -q "^Documentation: $pkg/docs/README.md" || fail "cachalloc --help: docs path"
 [ -f "$pkg/docs/README.md" ] || fail "docs not in the package"
+for doc in "$src"/docs/*.md; do
+  [ -f "$pkg/docs/docs/${doc##*/}" ] || fail "docs/${doc##*/} not in the package"
+done
 
 # Over the example on the fake driver: served from the cache.
 cd "$tmp" || exit 1
