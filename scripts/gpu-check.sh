@@ -445,6 +445,12 @@ else
     --shim "$SHIM" --module-dir "$BUILD/python" --out "$WORK/clients"
   rc=$?
   row "torch memory functions" "$(status_of $rc)" "$(grep -E 'FAIL|SKIP|^pluggable:' "$WORK/torch_memory.log" | head -1)$(timeout_note $rc)"
+  # CUDA graphs (global capture mode) and torch.OutOfMemoryError under
+  # use_with_torch(): the graph-pool hooks and the OOM companion (issue 35)
+  timed torch_graphs "$(budget_for 120)" python3 tests/gpu/clients/torch_pluggable_graphs.py \
+    --shim "$SHIM" --module-dir "$BUILD/python"
+  rc=$?
+  row "torch pluggable graphs" "$(status_of $rc)" "$(grep -E 'FAIL|SKIP|^release:' "$WORK/torch_graphs.log" | head -1)$(timeout_note $rc)"
 fi
 
 # --- 5b. pause and resume (docs/PAUSE.md) ----------------------------------------

@@ -26,14 +26,15 @@
 //
 // Graph capture: while `stream` is being captured the caches are not used
 // (a cached block's pending events cannot be queried, nor new ones recorded,
-// without invalidating the capture): an allocation goes to cuMemAlloc_v2 and
-// frees wait until no capture is in flight.  PyTorch's private graph pools
-// need beginAllocateToPool, which the pluggable interface only offers as a
-// C++ std::function, so nothing tells cachalloc when a graph dies: memory
-// allocated during a capture is never freed nor reused (a replay of the
-// graph may write it whenever it runs), and the first such allocation says
-// so on stderr.  Use PyTorch's own allocator (or LD_PRELOAD mode) for CUDA
-// graphs that are captured often.
+// without invalidating the capture).  With PyTorch's graph-pool hooks wired
+// (graph_pools.h; cachalloc.use_with_torch() does it) an allocation goes to
+// the capture's pool, whose blocks live until PyTorch releases the pool.
+// Without them (an older PyTorch, another framework) it goes to cuMemAlloc_v2
+// and is never freed nor reused (a replay of the graph may write it whenever
+// it runs; the first such allocation says so on stderr).  Either way
+// cuMemAlloc runs with the thread's capture mode relaxed, as in PyTorch's
+// own allocator, and frees of cached blocks wait until no capture is in
+// flight.
 #include <sys/types.h>
 
 #include <array>
@@ -48,6 +49,7 @@
 #include "cachalloc.h"
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "graph_pools.h"
 #include "load_mode.h"
 #include "log.h"
 #include "pluggable_api.h"
@@ -495,11 +497,13 @@ CACHALLOC_EXPORT void* cachalloc_malloc(ssize_t size, int device, struct CUstrea
     }
     if (capturing(d, m, stream)) [[unlikely]] {
       counters().count(obs::Passthrough::capture);
-      if (d->cuMemAlloc_v2(&p, static_cast<size_t>(size)) != CUDA_SUCCESS) return nullptr;
+      if (void* out = nullptr; graph_pool_malloc(d, device, stream, static_cast<std::size_t>(size), &out)) return out;
+      if (alloc_during_capture(d, &p, static_cast<size_t>(size)) != CUDA_SUCCESS) return nullptr;
       keep_for_graphs(reinterpret_cast<void*>(p), static_cast<std::size_t>(size));
       return reinterpret_cast<void*>(p);
     }
     settle_deferred(d, m);
+    give_back_released_pool_blocks(d);
     return serve_malloc(static_cast<std::size_t>(size), device, stream);
   });
 }
@@ -520,11 +524,13 @@ CACHALLOC_EXPORT void cachalloc_free(void* ptr, ssize_t size, int device, struct
       return 0;
     }
     if (drop_orphan(ptr)) [[unlikely]] return 0;  // before its stream is asked anything: it may be dead too
+    if (graph_pool_free(ptr, stream)) [[unlikely]] return 0;
     if (capturing(d, m, stream)) [[unlikely]] {
       defer_free(ptr, device, stream);
       return 0;
     }
     settle_deferred(d, m);
+    give_back_released_pool_blocks(d);
     free_now(d, m, ptr, stream);
     return 0;
   });

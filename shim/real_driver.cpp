@@ -35,6 +35,7 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuStreamEndCapture, "cuStreamEndCapture");
   resolve(h, &d->cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz");
   resolve(h, &d->cuStreamIsCapturing, "cuStreamIsCapturing");
+  resolve(h, &d->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   resolve(h, &d->graph_instantiate_v1, "cuGraphInstantiate");
   resolve(h, &d->cuGraphInstantiate_v2, "cuGraphInstantiate_v2");
   resolve(h, &d->cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");

@@ -89,6 +89,7 @@ struct RealDriver {
   PFN_cuGraphExecDestroy_v10000 cuGraphExecDestroy = nullptr;
   // Used by the shim itself.
   PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 cuThreadExchangeStreamCaptureMode = nullptr;
   PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;  // optional
   PFN_cuStreamQuery_v2000 cuStreamQuery = nullptr;        // optional: fences skip idle streams
   PFN_cuStreamGetCtx_v9020 cuStreamGetCtx = nullptr;      // optional

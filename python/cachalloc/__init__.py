@@ -360,14 +360,21 @@ _TORCH_HOOKS = {
     "set_memory_fraction_fn": "cachalloc_pluggable_set_memory_fraction",
     "set_base_alloc_fn": "cachalloc_pluggable_base_alloc",
     "set_record_stream_fn": "cachalloc_pluggable_record_stream",
+    # CUDA graph pools (PyTorch 2.3+): torch.cuda.graph with default settings
+    "set_begin_allocate_to_pool": "cachalloc_pluggable_begin_allocate_to_pool",
+    "set_end_allocate_to_pool_fn": "cachalloc_pluggable_end_allocate_to_pool",
+    "set_release_pool": "cachalloc_pluggable_release_pool",
 }
 
 
-def pluggable_allocator(path=None, hooks=True):
+def pluggable_allocator(path=None, hooks=True, oom_error=True):
     """A torch.cuda.memory.CUDAPluggableAllocator over cachalloc_malloc /
     cachalloc_free, with cachalloc's hooks wired where this PyTorch offers
     setters for them (record_stream, empty_cache, memory fraction, base
-    allocation).  One per library, reused.  Does not make it current."""
+    allocation, CUDA graph pools).  With oom_error, through the small
+    companion built against this PyTorch (cachalloc/torch_companion.py) so
+    that out of memory raises torch.OutOfMemoryError.  One per library,
+    reused.  Does not make it current."""
     import torch
 
     if path is None:
@@ -377,7 +384,16 @@ def pluggable_allocator(path=None, hooks=True):
         if key in _torch_allocators:
             return _torch_allocators[key]
     lib = load(path)
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "cachalloc_malloc", "cachalloc_free")
+    companion = None
+    if oom_error:
+        from . import torch_companion
+
+        companion = torch_companion.companion_path(_loaded_library_path() or path)
+    if companion is not None:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(companion, "cachalloc_torch_malloc",
+                                                            "cachalloc_torch_free")
+    else:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "cachalloc_malloc", "cachalloc_free")
     if hooks:
         native = allocator.allocator()
         for setter, symbol in _TORCH_HOOKS.items():
@@ -389,7 +405,7 @@ def pluggable_allocator(path=None, hooks=True):
         return _torch_allocators.setdefault(key, allocator)
 
 
-def use_with_torch(path=None, hooks=True, patch=True):
+def use_with_torch(path=None, hooks=True, patch=True, oom_error=True):
     """Makes cachalloc PyTorch's CUDA allocator (change_current_allocator).
 
     Call it before the first CUDA allocation of the process (PyTorch refuses
@@ -399,7 +415,7 @@ def use_with_torch(path=None, hooks=True, patch=True):
     Returns the allocator."""
     import torch
 
-    allocator = pluggable_allocator(path, hooks)
+    allocator = pluggable_allocator(path, hooks, oom_error)
     torch.cuda.memory.change_current_allocator(allocator)
     if patch:
         patch_torch()

@@ -49,12 +49,23 @@ def stub_torch():
             self.type, _, index = spec.partition(":")
             self.index = int(index) if index else None
 
+    class Native:
+        """PyTorch's _CUDAPluggableAllocator: a setter per hook, taking the
+        function's address (PyTorch 2.3+); records what it was given."""
+
+        def __init__(self):
+            self.hooks = {}
+            for setter in ("set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn", "set_record_stream_fn",
+                           "set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool"):
+                setattr(self, setter, lambda address, setter=setter: self.hooks.__setitem__(setter, address))
+
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc_fn, free_fn):
             self.path, self.alloc_fn, self.free_fn = path, alloc_fn, free_fn
+            self.native = Native()
 
         def allocator(self):
-            return types.SimpleNamespace()  # no hook setters: an old PyTorch
+            return self.native
 
     def change_current_allocator(allocator):
         state["allocator"] = allocator
@@ -84,8 +95,23 @@ def main():
     except RuntimeError as e:
         check(UNSUPPORTED in str(e), "the stub's message")
 
-    allocator = cachalloc.use_with_torch(lib_path)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        allocator = cachalloc.use_with_torch(lib_path)
+    # The stub has no torch.utils.cpp_extension: no companion, said once.
     check(state["allocator"] is allocator and allocator.alloc_fn == "cachalloc_malloc", "use_with_torch()")
+    check(any("companion could not be built" in str(w.message) for w in caught),
+          "use_with_torch(): a warning when the OOM companion cannot be built")
+    lib = cachalloc.load()
+    hooks = allocator.allocator().hooks
+    for setter, symbol in (("set_begin_allocate_to_pool", "cachalloc_pluggable_begin_allocate_to_pool"),
+                           ("set_end_allocate_to_pool_fn", "cachalloc_pluggable_end_allocate_to_pool"),
+                           ("set_release_pool", "cachalloc_pluggable_release_pool"),
+                           ("set_record_stream_fn", "cachalloc_pluggable_record_stream")):
+        check(hooks.get(setter) == ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value,
+              f"use_with_torch(): {setter} given {symbol}")
     cuda, memory = torch.cuda, torch.cuda.memory
 
     # Before anything is served: PyTorch's answers before CUDA is initialized.
