@@ -15,6 +15,7 @@
 #   5. real clients (PyTorch, CuPy, CuPy IPC, JAX, numba) with and without the shim
 #   5b. pause/resume: examples/pause_resume.cu (host and disk backups), tests/gpu/clients/pause_rl_loop.py (<= 130 s)
 #       and, with two GPUs, tests/gpu/clients/pause_nccl.py (NCCL on a tagged buffer after resume, <= 150 s)
+#   5c. torch_memory_saver's own suite, where a copy sits in an ignored directory (tests/gpu/run_tms_suite.sh)
 #   6. allocation latency benchmarks, static and shared cudart, with and without the shim
 #   7. other configurations, observability dumps, core benchmark
 #   8. numba-cuda's own test suites, bare vs shim (only with GPU_CHECK_NUMBA, ~10 min)
@@ -495,6 +496,30 @@ else
   rc=$?
   tail -20 "$WORK/pause-nccl.log"
   row "pause/resume NCCL after resume" "$(status_of $rc)" "$(grep -E '^(RESULT|SKIP)' "$WORK/pause-nccl.log" | sed 's/^RESULT //' | tr '\n' ';' | cut -c1-400)$(timeout_note $rc)"
+fi
+
+# --- 5c. torch_memory_saver's own suite (issue 35) ---------------------------------
+# Only where a copy of it sits in an ignored directory (TMS_DIR, default
+# .tms; tests/gpu/run_tms_suite.sh says the layout); GPU_CHECK_TMS_ROUTES
+# picks the routes (default "preload nocache").
+banner "5c. torch_memory_saver's suite"
+if left_out 5c; then
+  row "tms suite" SKIP "left out (GPU_CHECK_SKIP)"
+elif (( ! HAVE_GPU )); then
+  row "tms suite" SKIP "no GPU"
+elif [[ -z "$SHIM" ]]; then
+  row "tms suite" FAIL "libcachalloc.so not built"
+else
+  TMS_ROUTE_TIMEOUT=$(budget_for 400) timed tms "$(budget_for 420)" tests/gpu/run_tms_suite.sh "$SHIM" \
+    "$BUILD/python" "$WORK/tms" "${GPU_CHECK_TMS_ROUTES:-preload nocache}"
+  rc=$?
+  while read -r line; do
+    st=PASS
+    [[ $line == *SKIP* ]] && st=SKIP
+    [[ $line =~ [1-9][0-9]*\ failed|no\ summary ]] && st=FAIL
+    row "${line%%:*}" "$st" "${line#*: }"
+  done < <(grep -E '^tms ' "$WORK/tms.log")
+  grep -qE '^tms ' "$WORK/tms.log" || row "tms suite" "$(status_of $rc)" "no result (exit $rc$(timeout_note $rc))"
 fi
 
 # --- 6. benchmarks ---------------------------------------------------------------
