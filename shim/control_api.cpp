@@ -33,7 +33,7 @@
 #include "obs/dump_json.h"
 #include "obs/path_template.h"
 #include "obs/summary_table.h"
-#include "pluggable_api.h"
+#include "primary_contexts.h"
 #include "process_state.h"
 #include "real_driver.h"
 #include "stream_ids.h"
