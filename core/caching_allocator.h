@@ -480,7 +480,7 @@ class CachingAllocator {
   }
   void send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
 
-  // The per-thread layer's core side (thread_cache.cpp).
+  // The per-thread layer's core side (front_path.cpp).
   bool malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc);
   ThreadCache* create_thread_cache();
   Status free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc);
@@ -512,7 +512,7 @@ class CachingAllocator {
   void orphan_thread_caches();
   ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
   std::size_t tcs_count_ = 0;                    // how many (under mutex_)
-  std::size_t thread_fence_batch() const;        // thread_cache.cpp
+  std::size_t thread_fence_batch() const;        // front_path.cpp
   void rebatch_thread_caches();
   const std::uint64_t serial_;
   // Whether the calling thread may use its cache now: two relaxed loads.

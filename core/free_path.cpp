@@ -100,7 +100,7 @@ Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> st
   return kSuccess;
 }
 
-// free_cached's locked half (thread_cache.cpp): here, where find_freed and
+// free_cached's locked half (front_path.cpp): here, where find_freed and
 // free_locked inline.  The block goes into the thread's cache when adopt()
 // allows, else it is freed as free() would (after recording `stream`).
 Status CachingAllocator::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc) {

@@ -93,6 +93,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "block.h"
 #include "fast_mutex.h"
@@ -210,7 +211,8 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
     out.for_each(fn);
   }
 
-  // The owner's hot halves (thread_cache.cpp's callers inline them):
+  // The owner's hot halves (inlined into the allocator's malloc_cached /
+  // free_cached, thread_cache_path.h):
   // a cached block of exactly `size` bytes on `stream`, live again for a
   // request of `requested` bytes; nullptr on a miss (or when ids ran out).
   Block* take(std::size_t size, std::size_t req, StreamId stream);
@@ -260,6 +262,26 @@ inline ThreadCache* find_thread_cache(std::uint64_t serial) {
   if (s.last_serial == serial) [[likely]] return s.last;
   return find_thread_cache_slow(serial);
 }
+
+// The registry of threads' caches (thread_cache.cpp).  It reaches an
+// allocator only through `RetireThreadCache`, handed over by the allocator
+// (front_path.cpp: CachingAllocator::retire_thread_cache): at a thread's
+// exit, under the registry mutex, it is called for each of the thread's
+// caches whose allocator is still alive (tc->alloc not null).
+using RetireThreadCache = void (*)(ThreadCache* tc);
+// The registry mutex: first in the lock order (above).
+std::mutex& thread_cache_registry();
+// Readies the process for caches: the thread-exit hook (a pthread key, with
+// `retire`, on the first call) and the fork child handler.  False: make no
+// cache (without an exit hook it could strand memory; without the fork
+// handler a forked child would retire it).
+bool prepare_thread_cache(RetireThreadCache retire);
+// Under the registry mutex: frees the calling thread's caches whose
+// allocator died (their blocks went back when it orphaned them).
+void drop_orphaned_thread_caches();
+// A new cache `tc` of allocator `serial` joins the calling thread's list
+// and slot; the thread's exit hook is armed on its first cache.
+void link_thread_cache(ThreadCache* tc, std::uint64_t serial);
 
 [[gnu::always_inline]] inline Block* ThreadCache::take(std::size_t size, std::size_t req, StreamId stream) {
   Block** link = &bins[bin_of(size)];

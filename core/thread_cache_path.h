@@ -1,7 +1,7 @@
 // thread_cache_path.h — the per-thread front cache's hot halves, inline in
 // the shim's cuMemAlloc / cuMemFree (included at the end of
 // caching_allocator.h).  A hit takes the calling thread's cache lock only;
-// everything else is one call into thread_cache.cpp / free_path.cpp.
+// everything else is one call into front_path.cpp / free_path.cpp.
 #pragma once
 
 namespace cachalloc {

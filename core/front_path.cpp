@@ -1,0 +1,403 @@
+// front_path.cpp — the allocator's side of the per-thread front caches,
+// their locked halves: creation, adoption of freed blocks, detaching,
+// flushing, statistic merges and a cache's retirement at its thread's exit.
+// thread_cache.h states the design and its invariants; the lock-free halves
+// (take, give) are inline there, and the registry of threads' caches (the
+// thread-exit hook that calls back into retire_thread_cache) is
+// thread_cache.cpp.
+#include <algorithm>
+#include <mutex>
+#include <new>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+// A miss because the cache's reserved ids ran out: more, and again.
+bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc) {
+  {
+    std::lock_guard lock(mutex_);
+    std::lock_guard tl(tc->mutex);
+    ++stats_.num_thread_cache_locked_allocs;
+    if (tc->next_id == tc->id_end) reserve_ids(tc);
+    if (tc->fence_count != 0) reclaim_thread_fences(tc);
+    merge_deltas(tc);
+  }
+  std::lock_guard tl(tc->mutex);
+  Block* b = tc->take(round_size(size, config_), size, stream);
+  if (b == nullptr) return false;
+  *out = b->ptr;
+  return true;
+}
+
+// ------------------------------------------------------------ locked halves
+
+ThreadCache* CachingAllocator::create_thread_cache() {
+  if (!prepare_thread_cache([](ThreadCache* tc) { tc->alloc->retire_thread_cache(tc); })) return nullptr;
+  auto* tc = new (std::nothrow) ThreadCache(this, serial_, config_.thread_cache_bytes);
+  if (tc == nullptr) return nullptr;
+  {
+    std::lock_guard g(thread_cache_registry());
+    // Caches of allocators that died since go now (their blocks went back
+    // when the allocator orphaned them).
+    drop_orphaned_thread_caches();
+    std::lock_guard lock(mutex_);
+    tc->next_in_alloc = tcs_;
+    tcs_ = tc;
+    ++tcs_count_;
+    rebatch_thread_caches();
+    std::lock_guard tl(tc->mutex);
+    reserve_ids(tc);
+  }
+  link_thread_cache(tc, serial_);
+  return tc;
+}
+
+// Both locks held.
+void CachingAllocator::reserve_ids(ThreadCache* tc) {
+  tc->next_id = next_id_ + 1;
+  next_id_ += ThreadCache::kIdBatch;
+  tc->id_end = next_id_ + 1;
+}
+
+// The program frees `block` (live, plain): into `tc` when the free is
+// immediately safe on the block's stream and the cache has room.
+// Whether a live block is of a kind the caches take (thread_cache.h (b)).
+bool CachingAllocator::adoptable(const Block* block) const {
+  const Segment* seg = block->segment;
+  return seg->small && !seg->expandable && block->size <= ThreadCache::kMaxBlock &&
+         block->size < config_.max_split_size && !block->exported && block->stream_uses.empty() &&
+         block->owner == 0;
+}
+
+bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
+  if (!adoptable(block) || (stream != kAnyStream && stream != block->stream)) return false;
+  std::lock_guard tl(tc->mutex);
+  if (!take_ownership(block, tc)) return false;
+  const std::size_t bin = ThreadCache::bin_of(block->size);
+  block->free_next = tc->bins[bin];
+  tc->bins[bin] = block;
+  return true;
+}
+
+// Both locks held: `block` (live, adoptable) becomes `tc`'s, freed for the
+// program (counted now: the block stays allocated for the core).  False
+// when the cache has no room.
+bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
+  if (tc->owned_bytes + block->size > tc->limit) return false;
+  merge_deltas(tc);
+  if (tc->id_end - tc->next_id < ThreadCache::kIdBatch / 2) reserve_ids(tc);
+  block->tc = tc;
+  block->tc_live = false;
+  tc->owned_bytes += block->size;
+  const auto bytes = static_cast<std::int64_t>(block->size);
+  stats_.allocation.decrease(true, 1);
+  stats_.allocated_bytes.decrease(true, bytes);
+  stats_.active.decrease(true, 1);
+  stats_.active_bytes.decrease(true, bytes);
+  stats_.requested_bytes.decrease(true, static_cast<std::int64_t>(block->requested));
+  return true;
+}
+
+// ------------------------------------------------- fenced frees (point (g))
+
+// free_cached_fenced's locked half, for a block the cache did not hand out:
+// adopted into its waiting list when it may be, else free_deferred().
+Status CachingAllocator::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  Status st = kSuccess;
+  Block* block = find_freed_here(ptr, &st);  // (detaches a thread-owned block)
+  if (block == nullptr) return st;
+  if (adoptable(block)) {
+    std::lock_guard tl(tc->mutex);
+    if (take_ownership(block, tc)) {
+      tc->hold(block);  // active and deferred again, through the deltas
+      if (tc->fence_due()) fence_waiting(tc);
+      return kSuccess;
+    }
+  }
+  return defer_live(block);
+}
+
+// A fence over the calling thread's waiting frees (free_cached_fenced, when
+// `batch` of them wait).
+void CachingAllocator::fence_thread_batch(ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  std::lock_guard tl(tc->mutex);
+  fence_waiting(tc);
+}
+
+void CachingAllocator::fence_cached_frees() {
+  if (ThreadCache* tc = find_thread_cache(serial_); tc != nullptr) fence_thread_batch(tc);
+}
+
+// Both locks held: one fence over `tc`'s waiting blocks.  Where none can be
+// recorded (all of the cache's fences in flight, or the backend failed) the
+// blocks go to the core's deferred list, which has its own fallbacks; during
+// a capture (kNotReady) they keep waiting.  Whether a fence was recorded.
+bool CachingAllocator::fence_waiting(ThreadCache* tc) {
+  if (tc->waiting == nullptr) return false;
+  Status st = kNotSupported;
+  FenceId fence = 0;
+  DeviceBackend::FenceCost cost;
+  if (tc->fence_count < ThreadCache::kMaxFences) st = backend_->fence_record(&fence, &cost);
+  if (st == kNotReady) return false;
+  if (st != kSuccess) {
+    hand_over_held(tc, false);
+    return false;
+  }
+  ++stats_.num_fences;
+  stats_.num_fence_events += cost.events;
+  stats_.num_fence_stream_queries += cost.stream_queries;
+  events_per_fence_ = std::max(cost.calls(), 1);
+  tc->fences[(tc->fence_head + tc->fence_count) % ThreadCache::kMaxFences] = {fence, tc->waiting, tc->waiting_count};
+  ++tc->fence_count;
+  tc->waiting = nullptr;
+  tc->waiting_count = 0;
+  tc->waiting_bytes = 0;
+  tc->batch = thread_fence_batch();
+  return true;
+}
+
+// Frees per thread fence, under mutex_: the allocator's fence_batch_min (20
+// per driver event), at least kMinBatch, and kMinBatch more per thread cache
+// of this allocator (up to kMaxBatchThreads = 8 of them: at 16, a batch of
+// 1,024 small blocks and the one behind its fence filled the 1 MiB cache, and
+// every pair took the allocator's lock).  Every thread's fence
+// takes the allocator's lock and makes a driver call that records on all the
+// context's streams, so with T threads each fencing its own frees the fences
+// come T times as often and cost more each (one stream per thread is the
+// common arrangement): on the H100, throughput of plain pairs with each
+// thread on its own stream stopped rising after 2-4 threads (tree 2755350,
+// BENCHMARKS.md Archive) at a batch of 64.  Scaling the batch keeps the fences per
+// second of all threads together about those of one thread.  What waits is
+// still bounded by the cache's bytes (fence_due: an eighth of its limit).
+std::size_t CachingAllocator::thread_fence_batch() const {
+  const std::size_t threads = std::clamp<std::size_t>(tcs_count_, 1, ThreadCache::kMaxBatchThreads);
+  return std::max(fence_batch_min(), ThreadCache::kMinBatch * threads);
+}
+
+// Under mutex_, when a cache comes or goes: every cache's batch from the
+// new count (a cache's fields change under its own lock).
+void CachingAllocator::rebatch_thread_caches() {
+  const std::size_t batch = thread_fence_batch();
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    std::lock_guard tl(tc->mutex);
+    tc->batch = batch;
+  }
+}
+
+// Both locks held: `tc`'s completed fences, oldest first, put their blocks
+// into the bins (a fence recorded later completes later on every stream, so
+// the first one not done ends the walk).  Whether any block came back.
+bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
+  bool freed = false;
+  while (tc->fence_count != 0) {
+    const ThreadCache::Fenced f = tc->fences[tc->fence_head];
+    const Status st = backend_->fence_query(f.fence);
+    if (st == kNotReady) {
+      ++stats_.num_thread_fence_polls_not_ready;
+      break;
+    }
+    if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
+        backend_->synchronize_device() != kSuccess)
+      break;
+    backend_->fence_destroy(f.fence);
+    tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
+    --tc->fence_count;
+    for (Block* b = f.blocks; b != nullptr;) {
+      Block* next = b->free_next;
+      b->tc_waiting = false;
+      tc->held_count.down(1);
+      tc->held_bytes.down(static_cast<std::int64_t>(b->size));
+      const std::size_t bin = ThreadCache::bin_of(b->size);
+      b->free_next = tc->bins[bin];
+      tc->bins[bin] = b;
+      b = next;
+    }
+    freed = true;
+  }
+  if (tc->fence_due()) fence_waiting(tc);
+  return freed;
+}
+
+// Both locks held: a block `tc` owns and the program freed (cached, waiting
+// or fenced) leaves it, no longer allocated for the core either.
+void CachingAllocator::disown(ThreadCache* tc, Block* b) {
+  b->tc = nullptr;
+  b->tc_waiting = false;
+  b->allocated = false;
+  live_.erase(b->ptr);
+  tc->owned_bytes -= b->size;
+}
+
+// Both locks held: `tc`'s waiting blocks (and, with fenced_too, those behind
+// its fences, which are destroyed) leave it for the core's deferred list:
+// the core's next fence, recorded later still, covers them.  They stay
+// active and deferred in the statistics (the deltas merged first).
+// Returns how many blocks moved.
+std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
+  merge_deltas(tc);
+  std::size_t n = 0;
+  auto move = [&](Block* list) {
+    for (Block* b = list; b != nullptr;) {
+      Block* next = b->free_next;
+      disown(tc, b);
+      enqueue_deferred(b);
+      ++n;
+      b = next;
+    }
+  };
+  move(tc->waiting);
+  tc->waiting = nullptr;
+  tc->waiting_count = 0;
+  tc->waiting_bytes = 0;
+  for (; fenced_too && tc->fence_count != 0; --tc->fence_count) {
+    const ThreadCache::Fenced f = tc->fences[tc->fence_head];
+    backend_->fence_destroy(f.fence);
+    move(f.blocks);
+    tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
+  }
+  return n;
+}
+
+// A thread-owned block leaves its cache (the allocator's lock held): a
+// handed-out block becomes a plain live block (returned); a cached one is
+// freed in the program's view (nullptr: the caller's ptr names no live
+// block).
+Block* CachingAllocator::detach(Block* block) {
+  ThreadCache* tc = block->tc;
+  std::lock_guard tl(tc->mutex);
+  if (!block->tc_live) return nullptr;
+  merge_deltas(tc);  // the core's counters then hold the block as the program does
+  tc->erase_out(block);
+  tc->owned_bytes -= block->size;
+  block->tc = nullptr;
+  block->tc_live = false;
+  return block;
+}
+
+// Both locks held.
+void CachingAllocator::merge_deltas(ThreadCache* tc) {
+  auto merge = [](PoolStats& p, const ThreadDelta& d) { p.adjust(true, d.current, d.allocated, d.high); };
+  merge(stats_.allocation, tc->count);
+  merge(stats_.active, tc->count);
+  merge(stats_.allocated_bytes, tc->bytes);
+  merge(stats_.active_bytes, tc->bytes);
+  merge(stats_.requested_bytes, tc->requested);
+  merge(stats_.active, tc->held_count);
+  merge(stats_.active_bytes, tc->held_bytes);
+  merge_stat(stats_.deferred_free_bytes, tc->held_bytes);
+  stats_.num_deferred_frees += tc->deferred_frees;
+  tc->count = tc->bytes = tc->requested = tc->held_count = tc->held_bytes = ThreadDelta{};
+  tc->deferred_frees = 0;
+}
+
+// A cache's delta into a plain Stat (deferred_free_bytes).
+void CachingAllocator::merge_stat(Stat& s, const ThreadDelta& d) {
+  if (s.current + d.high > s.peak) s.peak = s.current + d.high;
+  s.current += d.current;
+  s.allocated += d.allocated;
+  s.freed += d.allocated - d.current;
+}
+
+void CachingAllocator::merge_all_deltas() {
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    std::lock_guard tl(tc->mutex);
+    merge_deltas(tc);
+  }
+}
+
+void CachingAllocator::add_deltas(AllocatorStats& s) const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    s.allocation.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
+    s.active.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
+    s.allocated_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
+    s.active_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
+    s.requested_bytes.adjust(true, tc->requested.current, tc->requested.allocated, tc->requested.high);
+    s.active.adjust(true, tc->held_count.current, tc->held_count.allocated, tc->held_count.high);
+    s.active_bytes.adjust(true, tc->held_bytes.current, tc->held_bytes.allocated, tc->held_bytes.high);
+    merge_stat(s.deferred_free_bytes, tc->held_bytes);
+    s.num_deferred_frees += tc->deferred_frees;
+  }
+}
+
+void CachingAllocator::lock_thread_caches() const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.lock();
+}
+void CachingAllocator::unlock_thread_caches() const {
+  for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.unlock();
+}
+
+// Whether the program holds `b` (allocated for the core); the allocator's
+// lock held.
+bool CachingAllocator::program_live(const Block* b) const {
+  if (!b->allocated || b->owner_held) return false;
+  if (b->tc == nullptr) [[likely]] return true;
+  std::lock_guard tl(b->tc->mutex);
+  return b->tc_live;
+}
+
+// Every cache's cached blocks back to the pools (and, with out_too, its
+// handed-out blocks become plain live blocks).  Whether any block came back.
+bool CachingAllocator::flush_thread_caches(bool out_too) {
+  std::size_t n = 0;
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) n += flush_one(tc, out_too);
+  return n != 0;
+}
+
+std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
+  std::lock_guard tl(tc->mutex);
+  std::size_t n = hand_over_held(tc, true);  // (merges the deltas)
+  for (Block*& head : tc->bins) {
+    for (Block* b = head; b != nullptr;) {
+      Block* next = b->free_next;
+      b->free_next = nullptr;
+      disown(tc, b);
+      return_to_pool(b);  // its free and inactivity were counted at adoption
+      ++n;
+      b = next;
+    }
+    head = nullptr;
+  }
+  if (out_too) {
+    tc->for_each_out([&](DevicePtr, Block* b) {
+      b->tc = nullptr;
+      b->tc_live = false;
+      tc->owned_bytes -= b->size;
+    });
+    tc->out = LiveMap{};
+    tc->recent = nullptr;
+  }
+  return n;
+}
+
+void CachingAllocator::retire_thread_cache(ThreadCache* tc) {
+  std::lock_guard lock(mutex_);
+  flush_one(tc, true);
+  for (ThreadCache** link = &tcs_; *link != nullptr; link = &(*link)->next_in_alloc)
+    if (*link == tc) {
+      *link = tc->next_in_alloc;
+      --tcs_count_;
+      rebatch_thread_caches();
+      break;
+    }
+  std::lock_guard tl(tc->mutex);
+  tc->alloc = nullptr;
+}
+
+// The allocator is going: every cache gives its blocks back and forgets it
+// (its thread frees it later, at exit or its next cache creation).
+void CachingAllocator::orphan_thread_caches() {
+  std::lock_guard g(thread_cache_registry());
+  std::lock_guard lock(mutex_);
+  for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+    flush_one(tc, true);
+    std::lock_guard tl(tc->mutex);
+    tc->alloc = nullptr;
+  }
+  tcs_ = nullptr;
+  tcs_count_ = 0;
+}
+
+}  // namespace cachalloc
