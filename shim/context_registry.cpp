@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "capture_tracking.h"
-#include "host_ops.h"
 #include "link_imports.h"
 #include "log.h"
 #include "obs/process_observer.h"
@@ -181,14 +180,18 @@ ContextState* find_owner(DevicePtr ptr, AddressInfo* info) {
 
 namespace {
 ContextState* forget_context_locked(CUcontext ctx, bool report_async);
+std::atomic<ContextRetiredFn> g_retired_listener{nullptr};
 }  // namespace
 
-// The pinned host blocks of the context go after the registry's lock is
-// released: a host fence holds the host cache's lock and then asks for
-// every context (host_ops.h).
+void set_context_retired_listener(ContextRetiredFn fn) { g_retired_listener.store(fn, std::memory_order_release); }
+
+// The listener (the pinned host blocks of the context) runs after the
+// registry's lock is released: a host fence holds the host cache's lock
+// and then asks for every context (host_ops.h).
 ContextState* forget_context(CUcontext ctx, bool report_async) {
   ContextState* s = forget_context_locked(ctx, report_async);
-  if (s != nullptr) host_context_retired(s);
+  if (s != nullptr)
+    if (const ContextRetiredFn listener = g_retired_listener.load(std::memory_order_acquire)) listener(s);
   return s;
 }
 

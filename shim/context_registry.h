@@ -141,6 +141,14 @@ ContextState* find_owner(DevicePtr ptr, AddressInfo* info);
 // died itself.
 ContextState* forget_context(CUcontext ctx, bool report_async = true);
 
+// Called by forget_context with each state it retired, after the
+// registry's lock is released.  The pinned host cache sets it when it is
+// created (host_ops.cpp: its blocks of the context leave it), so that this
+// file, below the host hooks, calls nothing above it.  Set once, before
+// the listener has anything to do; nullptr: nobody listens.
+using ContextRetiredFn = void (*)(ContextState* state);
+void set_context_retired_listener(ContextRetiredFn fn);
+
 // Peer access (cuCtxEnablePeerAccess from `accessor`, a context of device
 // `accessor_device`, to memory of `peer`): remembered so that the peer's
 // expandable pages, mapped now or later, grant that device access.

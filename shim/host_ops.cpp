@@ -22,6 +22,7 @@ HostCache* cache() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto* backend = new CudaHostBackend(real_driver());
+    set_context_retired_listener(host_context_retired);  // before the cache can own a block
     g_cache.store(new HostCache(backend, config().pinned_max_cached), std::memory_order_release);
   });
   return g_cache.load(std::memory_order_acquire);

@@ -55,8 +55,10 @@ inline unsigned long long host_buffer_id(std::uint64_t serial) {
 
 class ContextState;
 // `ctx` was destroyed: the driver freed the pinned memory allocated in it,
-// so its blocks leave the cache (HostCache::forget_owner).  Called without
-// the registry's lock held (a fence takes the cache's lock, then that one).
+// so its blocks leave the cache (HostCache::forget_owner).  The context
+// registry's retired listener, set when the cache is created: called by
+// forget_context without the registry's lock held (a fence takes the
+// cache's lock, then that one).
 void host_context_retired(ContextState* ctx);
 
 // The cache, or nullptr when it was never created (for reports and the
