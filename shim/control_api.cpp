@@ -27,7 +27,6 @@
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "graph_owners.h"
-#include "exit_hooks.h"
 #include "host_ops.h"
 #include "obs/atomic_file.h"
 #include "obs/dump_json.h"
@@ -36,6 +35,7 @@
 #include "primary_contexts.h"
 #include "process_state.h"
 #include "real_driver.h"
+#include "report_source.h"
 #include "stream_ids.h"
 
 #define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))

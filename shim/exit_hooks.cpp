@@ -60,6 +60,9 @@ std::atomic<bool> g_written{false};
 std::atomic<bool> g_disabled{false};  // set in fork children
 bool g_want_segments = false;         // config.snapshot != ""
 std::atomic<int> g_snapshot_signal{0};  // set before its handler is installed
+// What the reports are collected from (exit_hooks.h): set by the first
+// install, before any handler or atexit function that reads it.
+std::atomic<cachalloc::ReportSource> g_source{nullptr};
 
 // SIGTERM, SIGINT and the snapshot signal (when configured): the signals
 // whose handlers collect the state and write reports.
@@ -142,9 +145,9 @@ void on_terminating_signal(int sig, siginfo_t* info, void* context) {
 
 void on_snapshot_signal(int sig, siginfo_t* info, void* context) {
   int saved_errno = errno;
-  if (!g_disabled.load()) {
+  if (const cachalloc::ReportSource source = g_source.load(); source != nullptr && !g_disabled.load()) {
     try {
-      cachalloc::obs::write_snapshot(cachalloc_collect_report(true));
+      cachalloc::obs::write_snapshot(source(true));
     } catch (...) {
       cachalloc::obs::warn_stderr("snapshot on signal failed");
     }
@@ -176,7 +179,8 @@ void install(SavedHandler* saved, int sig, void (*handler)(int, siginfo_t*, void
 }  // namespace
 
 bool cachalloc_write_exit_reports_once() {
-  if (g_disabled.load()) return false;
+  const cachalloc::ReportSource source = g_source.load();
+  if (g_disabled.load() || source == nullptr) return false;
   // The report signals wait while the state is collected and the reports
   // written (from a handler they are blocked already; from atexit not): a
   // snapshot signal now would collect inside this collection, a SIGTERM
@@ -189,7 +193,7 @@ bool cachalloc_write_exit_reports_once() {
   const bool first = !g_written.exchange(true);
   if (first) {
     try {
-      cachalloc::obs::write_exit_reports(cachalloc_collect_report(g_want_segments));
+      cachalloc::obs::write_exit_reports(source(g_want_segments));
     } catch (...) {
       cachalloc::obs::warn_stderr("writing the exit reports failed");
     }
@@ -198,8 +202,9 @@ bool cachalloc_write_exit_reports_once() {
   return first;
 }
 
-void cachalloc_install_exit_hooks(const cachalloc::Config& config) {
+void cachalloc_install_exit_hooks(const cachalloc::Config& config, cachalloc::ReportSource source) {
   if (g_installed.exchange(true)) return;
+  g_source.store(source);
   bool any_report = !config.stats.empty() || !config.snapshot.empty() || !config.trace.empty();
   g_want_segments = !config.snapshot.empty();
   // Known before any handler is installed: each one's sa_mask holds it.
@@ -216,13 +221,4 @@ void cachalloc_install_exit_hooks(const cachalloc::Config& config) {
   if (clashes) cachalloc::obs::warn_stderr("snapshot_signal is SIGTERM/SIGINT; snapshots come with the exit reports");
   if (config.snapshot_signal > 0 && !config.snapshot.empty() && !clashes)
     install(&g_snapshot, config.snapshot_signal, on_snapshot_signal, false);
-}
-
-void cachalloc_install_exit_hooks() {
-  if (g_installed.load()) return;
-  try {
-    cachalloc_install_exit_hooks(cachalloc_collect_report(false).config);
-  } catch (...) {
-    cachalloc::obs::warn_stderr("could not install the exit hooks");
-  }
 }

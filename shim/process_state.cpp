@@ -15,7 +15,7 @@
 #include "load_mode.h"
 #include "obs/log.h"
 #include "real_driver.h"
-#include "shim_observability.h"
+#include "report_source.h"
 
 namespace cachalloc::shim {
 

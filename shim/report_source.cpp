@@ -18,7 +18,7 @@
 #include "obs/path_template.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
-#include "shim_observability.h"
+#include "report_source.h"
 
 namespace cachalloc::shim {
 namespace {
@@ -72,7 +72,7 @@ void start_observability(const Config& cfg) {
   check_report_paths(cfg);
   obs::init_logging(cfg);
   obs::ProcessObserver::instance().configure(cfg);
-  cachalloc_install_exit_hooks(cfg);
+  cachalloc_install_exit_hooks(cfg, cachalloc_collect_report);
 }
 
 }  // namespace cachalloc::shim

@@ -3,7 +3,8 @@
 // disposition (the child still dies of SIGTERM), not at all in fork
 // children; a program's own handler is chained; an ignored signal stays
 // ignored; the snapshot signal writes a snapshot and the program goes on.
-// cachalloc_collect_report() is stubbed here (the shim implements it).
+// The report source the shim passes (report_source.cpp) is stubbed here:
+// collect_stub, handed to cachalloc_install_exit_hooks.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -86,9 +87,7 @@ int count_lines(const std::string& path) {
   return n;
 }
 
-}  // namespace
-
-cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
+cachalloc::obs::ProcessReport collect_stub(bool with_segments) {
   std::ofstream(g_calls_file, std::ios::app) << (with_segments ? "segments\n" : "plain\n");
   cachalloc::obs::ProcessReport r;
   r.config = g_config;
@@ -106,13 +105,15 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
   return r;
 }
 
+}  // namespace
+
 TEST_CASE("exit() writes the dump once", "[obs][hooks]") {
   TempDir dir;
   g_config = stats_config(dir);
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
-    cachalloc_install_exit_hooks(g_config);  // idempotent
+    cachalloc_install_exit_hooks(g_config, collect_stub);
+    cachalloc_install_exit_hooks(g_config, collect_stub);  // idempotent
     child_exit(3);
   });
   REQUIRE(WIFEXITED(status));
@@ -137,7 +138,7 @@ TEST_CASE("SIGTERM: reports written, the process still dies of SIGTERM", "[obs][
   g_config.stats = dir.path + "/stats.json";
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     raise(SIGTERM);
     _exit(99);  // not reached
   });
@@ -155,7 +156,7 @@ TEST_CASE("SIGINT with a program handler: chained, reports at the later exit", "
   static volatile sig_atomic_t handled = 0;
   int status = in_child([&] {
     signal(SIGINT, [](int) { handled = handled + 1; });
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     raise(SIGINT);
     // The program's handler ran; nothing written yet; it decides to exit.
     child_exit(handled == 1 && !exists(dir.path + "/stats.json") ? 5 : 6);
@@ -173,7 +174,7 @@ TEST_CASE("an ignored SIGTERM stays ignored", "[obs][hooks]") {
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
     signal(SIGTERM, SIG_IGN);
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     raise(SIGTERM);
     child_exit(exists(dir.path + "/stats.json") ? 6 : 0);
   });
@@ -190,7 +191,7 @@ TEST_CASE("snapshot signal writes a snapshot and the program goes on", "[obs][ho
   g_calls_file = dir.path + "/calls";
   std::string snap = g_config.snapshot;
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     raise(SIGUSR2);
     if (!exists(snap)) _exit(7);
     unlink(snap.c_str());
@@ -209,7 +210,7 @@ TEST_CASE("no report configured: no handlers, nothing written", "[obs][hooks]") 
   g_config = Config{};
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     struct sigaction sa {};
     sigaction(SIGTERM, nullptr, &sa);
     child_exit(sa.sa_handler == SIG_DFL ? 0 : 9);
@@ -224,7 +225,7 @@ TEST_CASE("a fork child does not write the parent's reports", "[obs][hooks]") {
   g_config = stats_config(dir);
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     pid_t grandchild = fork();
     if (grandchild == 0) child_exit(0);  // runs atexit handlers: must not write
     int st = 0;
@@ -241,7 +242,7 @@ TEST_CASE("write_exit_reports_once writes once", "[obs][hooks]") {
   g_config = stats_config(dir);
   g_calls_file = dir.path + "/calls";
   int status = in_child([&] {
-    cachalloc_install_exit_hooks(g_config);
+    cachalloc_install_exit_hooks(g_config, collect_stub);
     bool first = cachalloc_write_exit_reports_once();
     bool second = cachalloc_write_exit_reports_once();
     child_exit(first && !second ? 0 : 11);  // and exit() must not write again
