@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "capture_tracking.h"
 #include "link_imports.h"
 #include "log.h"
 #include "obs/process_observer.h"

@@ -29,3 +29,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
                                           CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
 }
+
+// The 10.0 and 11.0 ABIs of cuGraphInstantiate (cudaTypedefs.h types them
+// only for the driver's own build): RealDriver's pointers to them.
+typedef CUresult(CUDAAPI* PFN_cachalloc_cuGraphInstantiate_v10000)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);

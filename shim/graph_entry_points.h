@@ -8,10 +8,6 @@
 
 #include "cuda_api.h"
 
-// The 10.0 and 11.0 ABIs of cuGraphInstantiate (cudaTypedefs.h types them
-// only for the driver's own build).
-typedef CUresult(CUDAAPI* PFN_cachalloc_cuGraphInstantiate_v10000)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
-
 #define CACHALLOC_GRAPH_HOOK(name, sym, params) extern "C" CUresult name params __asm__(sym)
 
 CACHALLOC_GRAPH_HOOK(cachalloc_cuGraphInstantiate_v1, "cuGraphInstantiate",

@@ -11,7 +11,6 @@
 #include <atomic>
 
 #include "cuda_api.h"
-#include "graph_entry_points.h"
 
 namespace cachalloc::shim {
 
