@@ -3,7 +3,8 @@
 //
 // Stub i (32 bytes apart):   endbr64; lea slot_i(%rip), %r11; jmp common
 // common:                    save rdi rsi rdx rcx r8 r9 rax r11, xmm0-7;
-//                            call cachalloc_thunk_note (C++, noexcept);
+//                            call cachalloc_thunk_note (C++, noexcept:
+//                            the ThunkNote given to note_thunk_for);
 //                            restore; jmp *(%r11)
 // r11 is the one integer register the SysV ABI lets a call clobber before
 // the callee runs (neither an argument nor callee-saved); rax carries the
@@ -16,12 +17,12 @@
 #include <mutex>
 
 #include "log.h"
-#include "stream_watch.h"
 
 namespace {
 
 constexpr int kThunks = 512;
 std::atomic<unsigned long> g_calls{0};
+std::atomic<cachalloc::shim::ThunkNote> g_note{nullptr};  // set before any thunk is handed out
 
 }  // namespace
 
@@ -34,7 +35,7 @@ __attribute__((visibility("hidden"))) void* cachalloc_thunk_targets[kThunks];
 // clobber any caller-saved register.
 extern "C" __attribute__((visibility("hidden"), used)) void cachalloc_thunk_note() noexcept {
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  cachalloc::shim::note_per_thread_stream();
+  if (const cachalloc::shim::ThunkNote note = g_note.load(std::memory_order_acquire)) note();
 }
 
 #if defined(__x86_64__)
@@ -110,9 +111,10 @@ int g_used = 0;  // guarded by thunks_mutex
 
 }  // namespace
 
-void* note_thunk_for(void* target) noexcept {
+void* note_thunk_for(void* target, ThunkNote note) noexcept {
 #if defined(__x86_64__)
   if (target == nullptr) return nullptr;
+  g_note.store(note, std::memory_order_release);
   try {
     std::lock_guard lock(thunks_mutex());
     for (int i = 0; i < g_used; ++i)
@@ -135,6 +137,7 @@ void* note_thunk_for(void* target) noexcept {
   }
 #else
   (void)target;
+  (void)note;
   return nullptr;
 #endif
 }

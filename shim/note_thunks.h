@@ -20,10 +20,15 @@
 
 namespace cachalloc::shim {
 
+// What every thunk calls before it jumps: the caller's note (stream_watch.cpp
+// passes its note_per_thread_stream), so that this file calls nothing above it.
+using ThunkNote = void (*)() noexcept;
+
 // A thunk forwarding to `target` (the same thunk for the same target), or
 // nullptr when none can be made (another architecture, or all slots used:
-// a warning says so once).
-void* note_thunk_for(void* target) noexcept;
+// a warning says so once).  `note` becomes what the thunks call (the same
+// function on every call), set before the thunk is handed out.
+void* note_thunk_for(void* target, ThunkNote note) noexcept;
 
 // How many thunks were handed out (for tests and the dump).
 int note_thunks_used() noexcept;

@@ -130,7 +130,7 @@ bool split_symbol(const char* name, char (&base)[128], bool* per_thread) {
 // that notes the per-thread stream on every call; unwrapped, with a
 // warning, where no thunk can be made.
 void* unknown_entry(const char* name, void* answer) {
-  if (void* t = note_thunk_for(answer)) return t;
+  if (void* t = note_thunk_for(answer, note_per_thread_stream)) return t;
   obs::logger().warn("driver entry point {} is newer than cachalloc's CUDA headers and could not be watched for "
                      "per-thread default streams",
                      name);
