@@ -6,8 +6,6 @@
 #include <mutex>
 #include <vector>
 
-#include "context_registry.h"
-#include "graph_owners.h"
 #include "real_driver.h"
 #include "stream_ids.h"
 
@@ -22,7 +20,7 @@ struct Capture {
   StreamId stream;
   bool strict;     // global or thread-local mode
   CUcontext ctx;   // the stream's context (else the current one at the begin)
-  std::uint64_t token;  // its owner token (graph_owners.h)
+  std::uint64_t token;  // its owner token (CaptureListeners::open_token)
   CUgraph into;         // cuStreamBeginCaptureToGraph's graph, else nullptr
 };
 
@@ -59,13 +57,12 @@ std::shared_mutex& capture_gate() {
   return *gate;
 }
 
-void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph into) {
+void capture_began(const CaptureListeners& to, CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph into) {
   const bool strict = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
   const CUcontext ctx = context_of_capture(stream);
-  const std::uint64_t token = open_capture_token();
+  const std::uint64_t token = to.open_token();
   std::lock_guard lock(captures_mutex());
-  if (ctx != nullptr && count_in_context_locked(ctx) == 0)
-    if (ContextState* state = live_state_of(ctx)) state->capture_beginning(g_strict.load() != 0);
+  if (ctx != nullptr && count_in_context_locked(ctx) == 0) to.context_capturing(ctx, g_strict.load() != 0);
   captures().push_back({stream_id(stream, ptsz), strict, ctx, token, into});
   g_captures.fetch_add(1, std::memory_order_relaxed);
   if (strict) g_strict.fetch_add(1, std::memory_order_relaxed);
@@ -73,7 +70,7 @@ void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph
 
 namespace {
 // Forgets the capture on `stream`; its token, or 0 when none was counted.
-std::uint64_t forget_capture(CUstream stream, bool ptsz, CUgraph* into) {
+std::uint64_t forget_capture(const CaptureListeners& to, CUstream stream, bool ptsz, CUgraph* into) {
   const StreamId id = stream_id(stream, ptsz);
   std::lock_guard lock(captures_mutex());
   auto& v = captures();
@@ -85,8 +82,7 @@ std::uint64_t forget_capture(CUstream stream, bool ptsz, CUgraph* into) {
   const std::uint64_t token = it->token;
   *into = it->into;
   v.erase(it);
-  if (ctx != nullptr && count_in_context_locked(ctx) == 0)
-    if (ContextState* state = live_state_of(ctx)) state->captures_ended();
+  if (ctx != nullptr && count_in_context_locked(ctx) == 0) to.context_done(ctx);
   return token;
 }
 }  // namespace
@@ -95,21 +91,21 @@ std::uint64_t forget_capture(CUstream stream, bool ptsz, CUgraph* into) {
 // invalidated capture did end, with no graph: its blocks are released (the
 // driver made no graph that could replay them).  A successful end hands the
 // token to the graph (and to the graph captured into).
-void capture_ended(CUstream stream, bool ptsz, CUresult result, CUgraph graph) {
+void capture_ended(const CaptureListeners& to, CUstream stream, bool ptsz, CUresult result, CUgraph graph) {
   if (result == CUDA_ERROR_ILLEGAL_STATE || result == CUDA_ERROR_INVALID_HANDLE || result == CUDA_ERROR_INVALID_VALUE)
     return;
   CUgraph into = nullptr;
-  const std::uint64_t token = forget_capture(stream, ptsz, &into);
+  const std::uint64_t token = forget_capture(to, stream, ptsz, &into);
   if (token == 0) return;
   // A failed end of a capture into an existing graph: that graph may hold
   // nodes captured before the failure, so it keeps the token (conservative).
-  close_capture_token(token, result == CUDA_SUCCESS ? graph : nullptr, into);
+  to.close_token(token, result == CUDA_SUCCESS ? graph : nullptr, into);
 }
 
-void capture_abandoned(CUstream stream, bool ptsz) {
+void capture_abandoned(const CaptureListeners& to, CUstream stream, bool ptsz) {
   CUgraph into = nullptr;
-  const std::uint64_t token = forget_capture(stream, ptsz, &into);
-  if (token != 0) close_capture_token(token, nullptr, nullptr);
+  const std::uint64_t token = forget_capture(to, stream, ptsz, &into);
+  if (token != 0) to.close_token(token, nullptr, nullptr);
 }
 
 std::vector<std::uint64_t> capture_tokens_for(CUcontext ctx) {

@@ -23,6 +23,11 @@
 // either completes before the capture begins or sees it counted.  Such
 // calls (fence records on the legacy stream, event queries) hold the gate
 // shared from their check through the call.
+//
+// This file is a low floor: the backends and the stream order read its
+// counts and gate.  What a capture's begin and end mean to the layers above
+// (a context's stream order, the graph owner tokens) reaches them through
+// the CaptureListeners the hooks pass in (entry_points.cpp).
 #pragma once
 
 #include <atomic>
@@ -36,14 +41,29 @@ namespace cachalloc::shim {
 
 std::shared_mutex& capture_gate();
 
+// What begins and ends of captures tell the layers above.
+struct CaptureListeners {
+  // Each capture gets an owner token (graph_owners.h: open_capture_token),
+  // handed back when it ends with the graph it produced or captured into
+  // (close_capture_token; nullptr graphs: none, the capture failed).
+  std::uint64_t (*open_token)();
+  void (*close_token)(std::uint64_t token, CUgraph graph, CUgraph into);
+  // The first capture in flight in `ctx` is about to begin (another
+  // context's strict one in flight: `strict_elsewhere`), and the last one in
+  // it ended (ContextState::capture_beginning / captures_ended).  Called
+  // with the captures' lock held.
+  void (*context_capturing)(CUcontext ctx, bool strict_elsewhere);
+  void (*context_done)(CUcontext ctx);
+};
+
 // Before the real begin on `stream` (as passed to a plain or _ptsz entry),
 // with the gate held exclusively; undone by capture_abandoned if the begin
 // fails.  `into`: the graph cuStreamBeginCaptureToGraph captures into.
-// Each capture gets an owner token (graph_owners.h).
-void capture_began(CUstream stream, bool ptsz, CUstreamCaptureMode mode, CUgraph into = nullptr);
-void capture_abandoned(CUstream stream, bool ptsz);
+void capture_began(const CaptureListeners& to, CUstream stream, bool ptsz, CUstreamCaptureMode mode,
+                   CUgraph into = nullptr);
+void capture_abandoned(const CaptureListeners& to, CUstream stream, bool ptsz);
 // After the real end on `stream` returned `result` and, on success, `graph`.
-void capture_ended(CUstream stream, bool ptsz, CUresult result, CUgraph graph);
+void capture_ended(const CaptureListeners& to, CUstream stream, bool ptsz, CUresult result, CUgraph graph);
 // The owner tokens of the captures a block of `ctx` allocated or freed now
 // belongs to: those in flight in `ctx`, or every one in flight when none is
 // (another device's kernels may reach it through peer access).

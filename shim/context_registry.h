@@ -67,7 +67,8 @@ class ContextState {
   // (the handle may be reused).
   void retire_stream(StreamId id);
   // The first capture in flight in this context is about to begin, and the
-  // last one ended (capture_tracking.cpp; stream_order.h, note (3)).
+  // last one ended (capture_tracking.cpp decides, entry_points.cpp passes
+  // it on; stream_order.h, note (3)).
   void capture_beginning(bool strict_elsewhere) { order_.capture_beginning(strict_elsewhere); }
   void captures_ended() { order_.captures_ended(); }
   // True once two streams were seen that the driver does not order with

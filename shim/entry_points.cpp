@@ -7,8 +7,10 @@
 #include "address_ops.h"
 #include "capture_tracking.h"
 #include "context_ops.h"
+#include "context_registry.h"
 #include "cuda_api.h"
 #include "driver_ops.h"
+#include "graph_owners.h"
 #include "guarded.h"
 #include "ipc_ops.h"
 #include "link_imports.h"
@@ -88,15 +90,28 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
 // ---- capture: counted so that the allocation path asks the driver only
 // while some capture is in flight (capture_tracking.h) ----
 
+// What a capture's begin and end tell the owner tokens (graph_owners.h) and
+// the capture's context (its stream order, context_registry.h).
+static constexpr CaptureListeners kCaptureListeners{
+    open_capture_token,
+    close_capture_token,
+    [](CUcontext ctx, bool strict_elsewhere) {
+      if (ContextState* state = live_state_of(ctx)) state->capture_beginning(strict_elsewhere);
+    },
+    [](CUcontext ctx) {
+      if (ContextState* state = live_state_of(ctx)) state->captures_ended();
+    },
+};
+
 // Counts the capture before the real begin, under the capture gate, and
 // undoes that if the begin fails.
 template <typename Begin>
 static CUresult begin_counted(CUstream stream, bool ptsz, CUstreamCaptureMode mode, Begin&& begin,
                               CUgraph into = nullptr) {
   std::unique_lock gate(capture_gate());
-  capture_began(stream, ptsz, mode, into);
+  capture_began(kCaptureListeners, stream, ptsz, mode, into);
   const CUresult r = begin();
-  if (r != CUDA_SUCCESS) capture_abandoned(stream, ptsz);
+  if (r != CUDA_SUCCESS) capture_abandoned(kCaptureListeners, stream, ptsz);
   return r;
 }
 
@@ -137,7 +152,7 @@ EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(hStream, false, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
+    capture_ended(kCaptureListeners, hStream, false, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
     return r;
   });
 }
@@ -146,7 +161,7 @@ EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture_ptsz);
     CUresult r = real_fn(hStream, phGraph);
-    capture_ended(hStream, true, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
+    capture_ended(kCaptureListeners, hStream, true, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
     return r;
   });
 }
