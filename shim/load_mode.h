@@ -7,11 +7,11 @@
 //     are what the process resolves, and cachalloc serves every allocation
 //     (process_state's Mode::active);
 //   * dlopen'ed (PyTorch's CUDAPluggableAllocator does ctypes.CDLL(path),
-//     i.e. RTLD_LOCAL; cachalloc.py does the same): only the pluggable ABI
-//     (shim/pluggable_api.cpp) and the control API are meant to be used.  The
-//     hooks must then leave the process's other allocations alone, so the
-//     process state becomes Mode::passive (every hook passes to the driver)
-//     unless the user asks for interception.
+//     i.e. RTLD_LOCAL; python/cachalloc/__init__.py does the same): only
+//     the pluggable ABI (shim/pluggable_api.cpp) and the control API are
+//     meant to be used.  The hooks must then leave the process's other
+//     allocations alone, so the process state becomes Mode::passive (every
+//     hook passes to the driver) unless the user asks for interception.
 //
 // The test is what the process's global scope resolves "dlsym" to: this
 // library's own export exactly when it sits in the main link map ahead of

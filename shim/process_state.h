@@ -9,7 +9,7 @@
 //   exiting   — exit() has begun (atexit handler): frees of cachalloc's
 //               pointers become no-ops and no driver call is made any more.
 //   passive   — as active, but this copy of the library was dlopen'ed
-//               (PyTorch's pluggable allocator, cachalloc.py), not preloaded:
+//               (PyTorch's pluggable allocator, python/cachalloc), not preloaded:
 //               the caches serve only the pluggable ABI and the control API,
 //               every hook passes to the driver (load_mode.h).
 // Also the process-wide interposer counters and the optional timing of the
