@@ -27,6 +27,7 @@
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "graph_owners.h"
+#include "guarded.h"
 #include "host_ops.h"
 #include "obs/atomic_file.h"
 #include "obs/dump_json.h"
@@ -80,14 +81,8 @@ std::vector<ContextState*> live_states_of(int device) {
 
 // Runs `body` (returning an int code), turning exceptions into codes.
 template <typename Body>
-int guarded(Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return CACHALLOC_ERROR_OUT_OF_MEMORY;
-  } catch (...) {
-    return CACHALLOC_ERROR_UNKNOWN;
-  }
+int api_guarded(Body&& body) noexcept {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, CACHALLOC_ERROR_OUT_OF_MEMORY, std::forward<Body>(body));
 }
 
 // Copies `text` into buf[0, len) NUL-terminated, truncating.
@@ -144,7 +139,7 @@ using namespace cachalloc;
 using namespace cachalloc::shim;
 
 CACHALLOC_EXPORT int cachalloc_empty_cache(int device) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::driver); st != CACHALLOC_SUCCESS) return st;
     // empty_cache waits on events and frees memory: unsafe calls that would
@@ -164,7 +159,7 @@ CACHALLOC_EXPORT int cachalloc_empty_cache(int device) {
 }
 
 CACHALLOC_EXPORT int cachalloc_stats_json_size(size_t* needed) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (needed == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     *needed = current_stats_json().size() + 1;
@@ -173,14 +168,14 @@ CACHALLOC_EXPORT int cachalloc_stats_json_size(size_t* needed) {
 }
 
 CACHALLOC_EXPORT int cachalloc_stats_json(char* buf, size_t len) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     return copy_out(buf, len, current_stats_json());
   });
 }
 
 CACHALLOC_EXPORT int cachalloc_reset_peak_stats(int device) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     const std::vector<ContextState*> states = live_states_of(device);
@@ -192,7 +187,7 @@ CACHALLOC_EXPORT int cachalloc_reset_peak_stats(int device) {
 }
 
 CACHALLOC_EXPORT int cachalloc_snapshot(const char* path) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     const std::string tmpl = path != nullptr && path[0] != '\0' ? std::string(path) : config().snapshot;
     if (tmpl.empty()) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -209,7 +204,7 @@ CACHALLOC_EXPORT int cachalloc_snapshot(const char* path) {
 }
 
 CACHALLOC_EXPORT int cachalloc_record_stream(void* ptr, struct CUstream_st* stream) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (ptr == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::driver); st != CACHALLOC_SUCCESS) return st;
     const auto p = reinterpret_cast<DevicePtr>(ptr);
@@ -231,7 +226,7 @@ CACHALLOC_EXPORT int cachalloc_record_stream(void* ptr, struct CUstream_st* stre
 CACHALLOC_EXPORT const char* cachalloc_version(void) { return CACHALLOC_VERSION_STRING; }
 
 CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (msg == nullptr && len != 0) return CACHALLOC_ERROR_INVALID_VALUE;
     copy_truncated(msg, len, "");
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
@@ -258,7 +253,7 @@ CACHALLOC_EXPORT int cachalloc_validate(char* msg, size_t len) {
 }
 
 CACHALLOC_EXPORT int cachalloc_reset_accumulated_stats(int device) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     const std::vector<ContextState*> states = live_states_of(device);
@@ -269,7 +264,7 @@ CACHALLOC_EXPORT int cachalloc_reset_accumulated_stats(int device) {
 }
 
 CACHALLOC_EXPORT int cachalloc_summary(int device, char* buf, size_t len) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     const obs::ProcessReport report = cachalloc_collect_report(false);
@@ -285,7 +280,7 @@ CACHALLOC_EXPORT int cachalloc_summary(int device, char* buf, size_t len) {
 // A setting, not a call on a cache: it may be made before the first
 // allocation (as torch.cuda.set_per_process_memory_fraction may).
 CACHALLOC_EXPORT int cachalloc_set_memory_fraction(double fraction, int device) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (!(fraction > 0.0 && fraction <= 1.0) || device < -1) return CACHALLOC_ERROR_INVALID_VALUE;
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;
     if (!all_context_states().empty()) {
@@ -297,7 +292,7 @@ CACHALLOC_EXPORT int cachalloc_set_memory_fraction(double fraction, int device) 
 }
 
 CACHALLOC_EXPORT int cachalloc_get_memory_fraction(int device, double* fraction) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (fraction == nullptr || device < 0) return CACHALLOC_ERROR_INVALID_VALUE;
     if (device >= kMaxFractionDevices) return CACHALLOC_ERROR_INVALID_DEVICE;
     const double f = memory_fraction_override(device);
@@ -308,7 +303,7 @@ CACHALLOC_EXPORT int cachalloc_get_memory_fraction(int device, double* fraction)
 }
 
 CACHALLOC_EXPORT int cachalloc_get_base_allocation(void* ptr, void** base, size_t* size) {
-  return guarded([&] {
+  return api_guarded([&] {
     if (ptr == nullptr || base == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
     if (const int st = check_state(Need::report); st != CACHALLOC_SUCCESS) return st;
     const auto p = reinterpret_cast<DevicePtr>(ptr);

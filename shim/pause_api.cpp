@@ -8,6 +8,7 @@
 #include "cachalloc.h"
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "guarded.h"
 #include "log.h"
 #include "process_state.h"
 #include "real_driver.h"
@@ -17,15 +18,6 @@
 
 namespace cachalloc::shim {
 namespace {
-
-template <typename Body>
-int guarded(Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) {
-    return CACHALLOC_ERROR_UNKNOWN;
-  }
-}
 
 std::vector<ContextState*> live_states() {
   std::vector<ContextState*> out;
@@ -95,7 +87,7 @@ using namespace cachalloc;
 using namespace cachalloc::shim;
 
 CACHALLOC_EXPORT int cachalloc_set_tag(const char* tag) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -105,7 +97,7 @@ CACHALLOC_EXPORT int cachalloc_set_tag(const char* tag) {
 }
 
 CACHALLOC_EXPORT int cachalloc_get_tag(char* buf, size_t len) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const std::string name = tag_name(current_tag());
     if (buf == nullptr || len == 0) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -117,7 +109,7 @@ CACHALLOC_EXPORT int cachalloc_get_tag(char* buf, size_t len) {
 }
 
 CACHALLOC_EXPORT int cachalloc_set_tag_backup(const char* tag, int enable) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag || id == kUntagged) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -128,15 +120,15 @@ CACHALLOC_EXPORT int cachalloc_set_tag_backup(const char* tag, int enable) {
 }
 
 CACHALLOC_EXPORT int cachalloc_pause(const char* tag) {
-  return guarded([&] { return pause_or_resume(tag, true); });
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] { return pause_or_resume(tag, true); });
 }
 
 CACHALLOC_EXPORT int cachalloc_resume(const char* tag) {
-  return guarded([&] { return pause_or_resume(tag, false); });
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] { return pause_or_resume(tag, false); });
 }
 
 CACHALLOC_EXPORT int cachalloc_tag_paused(const char* tag) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return -CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag || id == kUntagged) return -CACHALLOC_ERROR_INVALID_VALUE;

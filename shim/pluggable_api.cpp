@@ -51,6 +51,7 @@
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "graph_pools.h"
+#include "guarded.h"
 #include "load_mode.h"
 #include "log.h"
 #include "primary_contexts.h"
@@ -258,15 +259,6 @@ void* serve_malloc(std::size_t size, int device, CUstream stream) {
   obs::logger().error("cachalloc_malloc: {} bytes on device {} would exceed the memory fraction {} of {} bytes",
                       size, device, memory_fraction_override(device), s->device_total());
   return nullptr;
-}
-
-template <typename Body, typename R>
-R guarded(R fallback, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) {
-    return fallback;
-  }
 }
 
 }  // namespace

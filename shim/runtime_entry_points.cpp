@@ -21,6 +21,7 @@
 #include "context_registry.h"
 #include "driver_ops.h"
 #include "free_policy.h"
+#include "guarded.h"
 #include "host_ops.h"
 #include "process_state.h"
 #include "real_driver.h"
@@ -108,15 +109,6 @@ bool try_free_async(void* ptr, cudaStream_t s, bool ptsz) {
   return ctx->allocator().free(p) == kSuccess;
 }
 
-template <typename Fn>
-bool guarded(Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (...) {
-    return false;
-  }
-}
-
 // Runs `alloc` (a try_alloc*); on success returns true.  On out-of-memory
 // the cache has already run its retry path, so the fallback to cudart
 // (`fallback`) runs under RepeatOomGuard: cudart reproduces the error and
@@ -148,7 +140,7 @@ EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 EXPORT cudaError_t cudaFree(void* devPtr) {
   CACHALLOC_ENTRY(cudaFree);
-  if (guarded([&] { return try_free(devPtr); })) return cudaSuccess;
+  if (guarded(false, [&] { return try_free(devPtr); })) return cudaSuccess;
   REAL_CUDART(cudaFree);
   return real_cudaFree ? real_cudaFree(devPtr) : cudaErrorInitializationError;
 }
@@ -171,14 +163,14 @@ EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t
 
 EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaFreeAsync);
-  if (guarded([&] { return try_free_async(devPtr, stream, false); })) return cudaSuccess;
+  if (guarded(false, [&] { return try_free_async(devPtr, stream, false); })) return cudaSuccess;
   REAL_CUDART(cudaFreeAsync);
   return real_cudaFreeAsync ? real_cudaFreeAsync(devPtr, stream) : cudaErrorInitializationError;
 }
 
 EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaFreeAsync);
-  if (guarded([&] { return try_free_async(devPtr, stream, true); })) return cudaSuccess;
+  if (guarded(false, [&] { return try_free_async(devPtr, stream, true); })) return cudaSuccess;
   REAL_CUDART(cudaFreeAsync_ptsz);
   return real_cudaFreeAsync_ptsz ? real_cudaFreeAsync_ptsz(devPtr, stream) : cudaErrorInitializationError;
 }
@@ -222,7 +214,7 @@ EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
 // A double free or interior pointer goes to cudart too: its cuMemFreeHost
 // (hooked) refuses it, and cudart sets its last error as without cachalloc.
 EXPORT cudaError_t cudaFreeHost(void* ptr) {
-  if (guarded([&] { return host_cache_free(ptr) == kSuccess; })) return cudaSuccess;
+  if (guarded(false, [&] { return host_cache_free(ptr) == kSuccess; })) return cudaSuccess;
   REAL_CUDART(cudaFreeHost);
   return real_cudaFreeHost ? real_cudaFreeHost(ptr) : cudaErrorInitializationError;
 }
