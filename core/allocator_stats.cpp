@@ -41,6 +41,7 @@ StatArray with_reuses(PoolStats p, const std::int64_t (&n)[2]) {
 
 DeviceStats AllocatorStats::get() const {
   DeviceStats d;
+  static_cast<SharedStats&>(d) = *this;
   d.allocation = with_reuses(allocation, reuses);
   d.segment = segment.get();
   d.active = with_reuses(active, reuses);
@@ -50,28 +51,6 @@ DeviceStats AllocatorStats::get() const {
   d.active_bytes = with_reuses(active_bytes, reused_bytes);
   d.inactive_split_bytes = inactive_split_bytes.get();
   d.requested_bytes = requested_bytes.get();
-  d.num_alloc_retries = num_alloc_retries;
-  d.num_ooms = num_ooms;
-  d.oversize_allocations = oversize_allocations;
-  d.oversize_segments = oversize_segments;
-  d.num_sync_all_streams = num_sync_all_streams;
-  d.num_device_alloc = num_device_alloc;
-  d.num_device_free = num_device_free;
-  d.max_split_size = max_split_size;
-  d.num_deferred_frees = num_deferred_frees;
-  d.num_fences = num_fences;
-  d.num_fence_events = num_fence_events;
-  d.num_fence_stream_queries = num_fence_stream_queries;
-  d.num_fence_waits = num_fence_waits;
-  d.num_fence_joins = num_fence_joins;
-  d.num_peak_releases = num_peak_releases;
-  d.peak_release_bytes = peak_release_bytes;
-  d.num_peak_remaps = num_peak_remaps;
-  d.peak_remap_bytes = peak_remap_bytes;
-  d.num_thread_cache_locked_allocs = num_thread_cache_locked_allocs;
-  d.num_thread_fence_polls_not_ready = num_thread_fence_polls_not_ready;
-  d.deferred_free_bytes = deferred_free_bytes;
-  d.capture_held_bytes = capture_held_bytes;
   return d;
 }
 
@@ -81,10 +60,7 @@ void AllocatorStats::for_each_stat(Fn fn) {
   for (PoolStats* p : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
                        &active_bytes, &inactive_split_bytes, &requested_bytes})
     fn(*p);
-  fn(oversize_allocations);
-  fn(oversize_segments);
-  fn(deferred_free_bytes);
-  fn(capture_held_bytes);
+  for_each_shared_stat(fn);
 }
 
 void AllocatorStats::reset_peak() {
@@ -94,7 +70,7 @@ void AllocatorStats::reset_peak() {
 void AllocatorStats::reset_accumulated() {
   for_each_stat([](auto& s) { s.reset_accumulated(); });
   reuses[0] = reuses[1] = reused_bytes[0] = reused_bytes[1] = 0;
-  reset_counters(*this);
+  reset_counters();
 }
 
 }  // namespace cachalloc

@@ -26,9 +26,7 @@ class PoolStats {
  public:
   void increase(bool small, std::int64_t amount) {
     Counter& c = pool_[small ? 0 : 1];
-    c.current += amount;
-    c.allocated += amount;
-    if (c.current > c.peak) c.peak = c.current;
+    count_increase(c, amount);
     const std::int64_t total = pool_[0].current + pool_[1].current;
     if (total > aggregate_peak_) aggregate_peak_ = total;
   }
@@ -92,8 +90,9 @@ class PoolStats {
   std::int64_t aggregate_peak_ = 0;
 };
 
-// DeviceStats' fields under the same names, the pool arrays as PoolStats.
-struct AllocatorStats {
+// DeviceStats' fields under the same names: the pool arrays as PoolStats,
+// the rest (SharedStats, stats.h) as DeviceStats has them.
+struct AllocatorStats : SharedStats {
   PoolStats allocation;
   PoolStats segment;
   PoolStats active;
@@ -103,29 +102,6 @@ struct AllocatorStats {
   PoolStats active_bytes;
   PoolStats inactive_split_bytes;
   PoolStats requested_bytes;
-
-  std::int64_t num_alloc_retries = 0;
-  std::int64_t num_ooms = 0;
-  Stat oversize_allocations;
-  Stat oversize_segments;
-  std::int64_t num_sync_all_streams = 0;
-  std::int64_t num_device_alloc = 0;
-  std::int64_t num_device_free = 0;
-  std::int64_t max_split_size = 0;
-  std::int64_t num_deferred_frees = 0;
-  std::int64_t num_fences = 0;
-  std::int64_t num_fence_events = 0;
-  std::int64_t num_fence_stream_queries = 0;
-  std::int64_t num_fence_waits = 0;
-  std::int64_t num_fence_joins = 0;
-  std::int64_t num_peak_releases = 0;
-  std::int64_t peak_release_bytes = 0;
-  std::int64_t num_peak_remaps = 0;
-  std::int64_t peak_remap_bytes = 0;
-  std::int64_t num_thread_cache_locked_allocs = 0;
-  std::int64_t num_thread_fence_polls_not_ready = 0;
-  Stat deferred_free_bytes;
-  Stat capture_held_bytes;  // DeviceStats::capture_held_bytes
 
   // The reuses of a held block (reuse_path.h), per pool (small, large):
   // each adds one to allocation's and active's accumulated counts and its

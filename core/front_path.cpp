@@ -279,7 +279,7 @@ Block* CachingAllocator::detach(Block* block) {
 
 // Both locks held.
 void CachingAllocator::merge_deltas(ThreadCache* tc) {
-  auto merge = [](PoolStats& p, const ThreadDelta& d) { p.adjust(true, d.current, d.allocated, d.high); };
+  auto merge = [](PoolStats& p, const ThreadDelta& d) { p.adjust(true, d.current, d.allocated, d.peak); };
   merge(stats_.allocation, tc->count);
   merge(stats_.active, tc->count);
   merge(stats_.allocated_bytes, tc->bytes);
@@ -295,7 +295,7 @@ void CachingAllocator::merge_deltas(ThreadCache* tc) {
 
 // A cache's delta into a plain Stat (deferred_free_bytes).
 void CachingAllocator::merge_stat(Stat& s, const ThreadDelta& d) {
-  if (s.current + d.high > s.peak) s.peak = s.current + d.high;
+  if (s.current + d.peak > s.peak) s.peak = s.current + d.peak;
   s.current += d.current;
   s.allocated += d.allocated;
   s.freed += d.allocated - d.current;
@@ -310,13 +310,13 @@ void CachingAllocator::merge_all_deltas() {
 
 void CachingAllocator::add_deltas(AllocatorStats& s) const {
   for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
-    s.allocation.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
-    s.active.adjust(true, tc->count.current, tc->count.allocated, tc->count.high);
-    s.allocated_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
-    s.active_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.high);
-    s.requested_bytes.adjust(true, tc->requested.current, tc->requested.allocated, tc->requested.high);
-    s.active.adjust(true, tc->held_count.current, tc->held_count.allocated, tc->held_count.high);
-    s.active_bytes.adjust(true, tc->held_bytes.current, tc->held_bytes.allocated, tc->held_bytes.high);
+    s.allocation.adjust(true, tc->count.current, tc->count.allocated, tc->count.peak);
+    s.active.adjust(true, tc->count.current, tc->count.allocated, tc->count.peak);
+    s.allocated_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.peak);
+    s.active_bytes.adjust(true, tc->bytes.current, tc->bytes.allocated, tc->bytes.peak);
+    s.requested_bytes.adjust(true, tc->requested.current, tc->requested.allocated, tc->requested.peak);
+    s.active.adjust(true, tc->held_count.current, tc->held_count.allocated, tc->held_count.peak);
+    s.active_bytes.adjust(true, tc->held_bytes.current, tc->held_bytes.allocated, tc->held_bytes.peak);
     merge_stat(s.deferred_free_bytes, tc->held_bytes);
     s.num_deferred_frees += tc->deferred_frees;
   }

@@ -19,10 +19,7 @@ void for_each_array(DeviceStats& s, Fn fn) {
   for (StatArray* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
                          &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
     for (Stat& st : arr->a) fn(st);
-  fn(s.oversize_allocations);
-  fn(s.oversize_segments);
-  fn(s.deferred_free_bytes);
-  fn(s.capture_held_bytes);
+  s.for_each_shared_stat(fn);
 }
 
 void add_stat(std::vector<std::pair<std::string, std::int64_t>>& out, const std::string& prefix, const Stat& s) {
@@ -40,7 +37,7 @@ void DeviceStats::reset_peak() {
 
 void DeviceStats::reset_accumulated() {
   for_each_array(*this, [](Stat& s) { s.reset_accumulated(); });
-  reset_counters(*this);
+  reset_counters();
 }
 
 std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s) {

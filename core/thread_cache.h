@@ -98,6 +98,7 @@
 #include "block.h"
 #include "fast_mutex.h"
 #include "live_map.h"
+#include "stats.h"
 #include "types.h"
 
 namespace cachalloc {
@@ -105,17 +106,13 @@ namespace cachalloc {
 class CachingAllocator;
 
 // Per-cache statistic deltas not yet merged into the allocator's counters:
-// `current` and `allocated` move as PoolStats' would, `high` is the highest
+// `current` and `allocated` move as PoolStats' would, `peak` is the highest
 // `current` since the last merge (for the peak).
 struct ThreadDelta {
   std::int64_t current = 0;
   std::int64_t allocated = 0;
-  std::int64_t high = 0;
-  void up(std::int64_t v) {
-    current += v;
-    allocated += v;
-    if (current > high) high = current;
-  }
+  std::int64_t peak = 0;
+  void up(std::int64_t v) { count_increase(*this, v); }
   void down(std::int64_t v) { current -= v; }
 };
 
