@@ -3,6 +3,7 @@
 
 #include "log.h"
 
+#include "backend_call.h"
 #include "capture_tracking.h"
 #include "process_state.h"
 #include "stream_ids.h"
@@ -10,19 +11,9 @@
 namespace cachalloc::shim {
 namespace {
 
-Status status(CUresult r) { return static_cast<Status>(r); }
+// Every driver call the cache makes is a CALL (backend_call.h).
 constexpr Status kContextDestroyed = CUDA_ERROR_CONTEXT_IS_DESTROYED;
 CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
-
-// Every driver call the cache makes, timed into the dump's ns_in_driver
-// when it is made inside a timed wrapper (process_state.h).
-template <class Fn, class... Args>
-CUresult call(obs::DriverCall which, Fn fn, Args... args) {
-  DriverTimer timed(which);
-  return fn(args...);
-}
-// CALL(cuEventRecord, e, s): d_->cuEventRecord(e, s), timed and counted under its name.
-#define CALL(name, ...) call(obs::DriverCall::name, d_->name __VA_OPT__(, ) __VA_ARGS__)
 
 }  // namespace
 

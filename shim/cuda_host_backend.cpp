@@ -1,25 +1,15 @@
 // cuda_host_backend.cpp — pinned allocations and cross-context host fences.
 #include "cuda_host_backend.h"
 
+#include "backend_call.h"
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "process_state.h"
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
-namespace {
 
-Status status(CUresult r) { return static_cast<Status>(r); }
-
-template <class Fn, class... Args>
-CUresult call(obs::DriverCall which, Fn fn, Args... args) {
-  DriverTimer timed(which);
-  return fn(args...);
-}
-// CALL(cuEventRecord, e, s): d_->cuEventRecord(e, s), timed and counted under its name.
-#define CALL(name, ...) call(obs::DriverCall::name, d_->name __VA_OPT__(, ) __VA_ARGS__)
-
-}  // namespace
+// Every driver call is a CALL (backend_call.h).
 
 Status CudaHostBackend::host_alloc(std::size_t size, unsigned flags, void** out) {
   if (d_->cuMemHostAlloc == nullptr) return kNotSupported;
