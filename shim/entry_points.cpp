@@ -115,6 +115,15 @@ static CUresult begin_counted(CUstream stream, bool ptsz, CUstreamCaptureMode mo
   return r;
 }
 
+// The real end, then the capture is no longer counted; its graph (when the
+// end made one) keeps the capture's blocks.
+template <typename End>
+static CUresult end_counted(CUstream stream, bool ptsz, CUgraph* phGraph, End&& end) {
+  const CUresult r = end();
+  capture_ended(kCaptureListeners, stream, ptsz, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
+  return r;
+}
+
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamBeginCapture_v2);
@@ -151,18 +160,14 @@ EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGrap
 EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture);
-    CUresult r = real_fn(hStream, phGraph);
-    capture_ended(kCaptureListeners, hStream, false, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
-    return r;
+    return end_counted(hStream, false, phGraph, [&] { return real_fn(hStream, phGraph); });
   });
 }
 
 EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return guarded([&] {
     CACHALLOC_REAL_OR_FAIL(cuStreamEndCapture_ptsz);
-    CUresult r = real_fn(hStream, phGraph);
-    capture_ended(kCaptureListeners, hStream, true, r, r == CUDA_SUCCESS && phGraph != nullptr ? *phGraph : nullptr);
-    return r;
+    return end_counted(hStream, true, phGraph, [&] { return real_fn(hStream, phGraph); });
   });
 }
 
