@@ -76,6 +76,20 @@ timed() {
 }
 # Whether step $1 was left out with GPU_CHECK_SKIP (a device call short of time).
 left_out() { [[ $SKIP_STEPS == *" $1 "* ]]; }
+# Whether step $1, which needs the GPU and the shim, can run; if not, writes
+# its row $2 (SKIP: left out, no GPU; FAIL: libcachalloc.so not built).
+runs_with_shim() {
+  if left_out "$1"; then
+    row "$2" SKIP "left out (GPU_CHECK_SKIP)"
+  elif (( ! HAVE_GPU )); then
+    row "$2" SKIP "no GPU"
+  elif [[ -z "$SHIM" ]]; then
+    row "$2" FAIL "libcachalloc.so not built"
+  else
+    return 0
+  fi
+  return 1
+}
 status_of() { case "$1" in 0) echo PASS ;; 77) echo SKIP ;; 124|137) echo "FAIL" ;; *) echo FAIL ;; esac; }
 timeout_note() { case "$1" in 124|137) echo " (timed out)" ;; *) echo "" ;; esac; }
 
@@ -372,13 +386,7 @@ done
 # --- 4b. fidelity_patterns under expandable segments; peer access -------------------
 banner "4b. fidelity_patterns: expandable segments, peer access"
 # Default-configuration runs are rows of step 4 (and of the gpu suite).
-if left_out 4b; then
-  row "fidelity configs" SKIP "left out (GPU_CHECK_SKIP)"
-elif (( ! HAVE_GPU )); then
-  row "fidelity configs" SKIP "no GPU"
-elif [[ -z "$SHIM" ]]; then
-  row "fidelity configs" FAIL "libcachalloc.so not built"
-else
+if runs_with_shim 4b "fidelity configs"; then
   for variant in static shared; do
     prog="$BUILD/examples/fidelity_patterns_$variant"
     name="fidelity_patterns_$variant expandable_segments:true"
@@ -459,13 +467,7 @@ fi
 # RL-style loop (20 alternations, bit-identical to a never-paused run, NVML
 # after pause, ms/GiB against the driver's cuMemMap/cuMemUnmap floor).
 banner "5b. pause and resume"
-if left_out 5b; then
-  row "pause/resume" SKIP "left out (GPU_CHECK_SKIP)"
-elif (( ! HAVE_GPU )); then
-  row "pause/resume" SKIP "no GPU"
-elif [[ -z "$SHIM" ]]; then
-  row "pause/resume" FAIL "libcachalloc.so not built"
-else
+if runs_with_shim 5b "pause/resume"; then
   prog="$BUILD/examples/pause_resume_static"
   if [[ -x "$prog" ]]; then
     timeout --kill-after=5 "$(budget_for 20)" env LD_PRELOAD="$SHIM" "$prog" 1024 1024 5 >"$WORK/pause-example.log" 2>&1
