@@ -505,13 +505,7 @@ fi
 # .tms; tests/gpu/run_tms_suite.sh says the layout); GPU_CHECK_TMS_ROUTES
 # picks the routes (default "preload nocache").
 banner "5c. torch_memory_saver's suite"
-if left_out 5c; then
-  row "tms suite" SKIP "left out (GPU_CHECK_SKIP)"
-elif (( ! HAVE_GPU )); then
-  row "tms suite" SKIP "no GPU"
-elif [[ -z "$SHIM" ]]; then
-  row "tms suite" FAIL "libcachalloc.so not built"
-else
+if runs_with_shim 5c "tms suite"; then
   TMS_ROUTE_TIMEOUT=$(budget_for 400) timed tms "$(budget_for 420)" tests/gpu/run_tms_suite.sh "$SHIM" \
     "$BUILD/python" "$WORK/tms" "${GPU_CHECK_TMS_ROUTES:-preload nocache}"
   rc=$?
