@@ -70,6 +70,7 @@ DeviceStats AllocatorStats::get() const {
   d.peak_remap_bytes = peak_remap_bytes;
   d.num_thread_cache_locked_allocs = num_thread_cache_locked_allocs;
   d.num_thread_fence_polls_not_ready = num_thread_fence_polls_not_ready;
+  d.num_cross_stream_reuses = num_cross_stream_reuses;
   d.deferred_free_bytes = deferred_free_bytes;
   d.capture_held_bytes = capture_held_bytes;
   return d;

@@ -124,6 +124,7 @@ struct AllocatorStats {
   std::int64_t peak_remap_bytes = 0;
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
+  std::int64_t num_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
   Stat capture_held_bytes;  // DeviceStats::capture_held_bytes
 
