@@ -100,6 +100,22 @@ Status CudaBackend::stream_wait_event(StreamId stream, EventId event) {
   return status(CALL(cuStreamWaitEvent, s, as_event(event), 0));
 }
 
+Status CudaBackend::order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuStreamWaitEvent == nullptr) return kNotSupported;
+  CUstream w = nullptr, d = nullptr;
+  if (!to_cu_stream(waiter, &w)) return *unnamed = waiter, kInvalidValue;
+  if (!to_cu_stream(donor, &d)) {
+    if (!is_per_thread_id(donor)) return *unnamed = donor, kInvalidValue;
+    d = CU_STREAM_LEGACY;  // another thread's per-thread stream: a blocking stream
+  }
+  std::shared_lock gate(capture_gate());
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  const CUresult r = CALL(cuEventRecord, as_event(event), d);
+  if (r != CUDA_SUCCESS) return status(r);
+  return status(CALL(cuStreamWaitEvent, w, as_event(event), 0));
+}
+
 CudaBackend::Fence* CudaBackend::take_fence() {
   if (spare_fences_.empty()) return new Fence;
   Fence* f = spare_fences_.back();
