@@ -67,7 +67,8 @@
 //  * from or for a stream the backend cannot name (unorderable_: the
 //    shim's pseudo-stream of plain cuMemAlloc blocks, whose requests cannot
 //    wait on one stream); another thread's per-thread stream is covered by
-//    an event on the legacy stream (shim/cuda_backend.cpp);
+//    a context-wide event, else one on the legacy stream
+//    (shim/cuda_backend.cpp);
 //  * for a tagged request (a tag's segments are its own), or with
 //    cross_stream_reuse:false.
 #include <algorithm>

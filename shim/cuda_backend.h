@@ -40,9 +40,10 @@ class CudaBackend final : public DeviceBackend {
   // stream and cuStreamWaitEvent on the requesting one, both under the
   // capture gate, refused (kNotReady) while any capture is in flight.
   // Another thread's per-thread stream, which this thread cannot name, is
-  // covered by a record on the legacy stream (it orders after every
-  // blocking stream, per-thread ones included); the plain-allocation
-  // pseudo-stream cannot be named (kInvalidValue).
+  // covered by a context-wide event (cuCtxRecordEvent), else by a record
+  // on the legacy stream (it orders after every blocking stream, per-thread
+  // ones included); the plain-allocation pseudo-stream cannot be named
+  // (kInvalidValue).
   Status order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed) override;
 
   // A fence is one event that captures all the context's work enqueued so

@@ -55,8 +55,8 @@
 //     on an event from outside breaks it); never from a destroyed stream
 //     (no record on a dead handle) nor for or from the plain-allocation
 //     pseudo-stream (its blocks go to any stream: none can wait).  Another
-//     thread's per-thread stream is recorded as the legacy stream, which
-//     orders after it (1).
+//     thread's per-thread stream is covered by a context-wide event, else
+//     by one on the legacy stream, which orders after it (1).
 //
 // Leaving the single sequence: blocks freed before it were reusable at
 // once and may already be cached for reuse.  The stream that ends the

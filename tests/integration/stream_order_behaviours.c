@@ -510,8 +510,10 @@ static int cross_stream_during_capture(void) {
 }
 
 /* A donor's per-thread default stream, which the requesting thread cannot
- * name: the event goes on the legacy stream, which orders after every
- * blocking stream, per-thread ones included.  Another thread frees p on its
+ * name: the event covers the whole context (cuCtxRecordEvent), or where
+ * the driver lacks it (FAKE_CUDA_NO_CTX_RECORD_EVENT=1) goes on the legacy
+ * stream, which orders after every blocking stream, per-thread ones
+ * included.  Another thread frees p on its
  * per-thread stream while its kernel still runs there; this thread's
  * request on s2 takes p only ordered after that kernel. */
 struct ptds_donor {
