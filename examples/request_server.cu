@@ -3,8 +3,9 @@
 // an allocator costs in requests per second and device memory when every
 // thread allocates at once (inference servers, data-loading pipelines).
 //
-// T threads (default 16), each with a non-blocking stream of its own.  One
-// request of a thread:
+// T threads (default 16), each with a non-blocking stream of its own (with
+// --streams per-thread, its per-thread default stream, cudaStreamPerThread,
+// instead).  One request of a thread:
 //   1. allocate an input (4 KiB .. 1 MiB, log-uniform; --sizes LO:HI bytes
 //      for another range), an output of the same size and a workspace
 //      (512 B .. 64 KiB), from a generator of the thread's own (the same
@@ -71,6 +72,7 @@ struct Options {
   long requests = 2000;  // per thread
   bool async = true;
   std::size_t lo = 4 * KiB, hi = 1024 * KiB;  // input and output sizes
+  bool per_thread = false;                     // cudaStreamPerThread instead of a created stream
 };
 
 struct Nvml {
@@ -152,10 +154,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--requests") o.requests = std::atol(v), ++i;
     else if (a == "--api") o.async = std::strcmp(v, "plain") != 0, ++i;
     else if (a == "--sizes" && std::sscanf(v, "%zu:%zu", &o.lo, &o.hi) == 2) ++i;
+    else if (a == "--streams" && (std::strcmp(v, "own") == 0 || std::strcmp(v, "per-thread") == 0))
+      o.per_thread = std::strcmp(v, "per-thread") == 0, ++i;
     else {
       std::fprintf(stderr,
                    "usage: request_server [--threads N] [--requests N per thread] [--api async|plain] "
-                   "[--sizes LO:HI bytes of input and output]\n");
+                   "[--sizes LO:HI bytes of input and output] [--streams own|per-thread]\n");
       std::exit(2);
     }
   }
@@ -198,7 +202,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < o.threads; ++i)
     pool.emplace_back([&, i] {
       cudaSetDevice(0);
-      serve(o, i, streams[static_cast<std::size_t>(i)], bad + i);
+      serve(o, i, o.per_thread ? cudaStreamPerThread : streams[static_cast<std::size_t>(i)], bad + i);
     });
   for (auto& t : pool) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -213,8 +217,9 @@ int main(int argc, char** argv) {
   ok(cudaFree(bad), "counters");
   const double requests = static_cast<double>(o.requests) * o.threads;
   const bool pass = mismatches == 0 && g_errors.load() == 0;
-  std::printf("request_server: api=%s threads=%d sizes=%zu:%zu requests=%.0f  %.0f requests/s  peak %s%.1f MiB  mismatching words %llu  %s\n",
-              o.async ? "async" : "plain", o.threads, o.lo, o.hi, requests, requests / secs, have_nvml ? "" : "(no NVML) ",
+  std::printf("request_server: api=%s streams=%s threads=%d sizes=%zu:%zu requests=%.0f  %.0f requests/s  peak %s%.1f MiB  mismatching words %llu  %s\n",
+              o.async ? "async" : "plain", o.per_thread ? "per-thread" : "own", o.threads, o.lo, o.hi, requests,
+              requests / secs, have_nvml ? "" : "(no NVML) ",
               static_cast<double>(peak.load() - base) / (1024.0 * 1024.0), mismatches, pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }
