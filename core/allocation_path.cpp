@@ -3,8 +3,11 @@
 //   malloc_locked: round; the held block again (inline), else malloc_miss.
 //   malloc_miss:   obtain_block, carve, activate.
 //   obtain_block:  cached best fit -> blocks whose fences have completed
-//                  (looked at only now, on a miss) -> (garbage collection) -> new segment -> release one cached
-//                  segment, retry -> release all, retry.
+//                  (looked at only now, on a miss) -> another stream's free
+//                  block, ordered on the device (steal_path.cpp) -> the
+//                  threads' front caches -> (garbage collection) -> new
+//                  segment -> release one cached segment, retry -> release
+//                  all, retry.
 //   carve:         split off the tail when it is worth keeping, update stats.
 //   (before all of it: the block the last free held unmerged, when the request
 //   would carve exactly that block again; reuse_path.cpp)
@@ -148,12 +151,18 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
     if (Block* b = join_waiting(pool, size, stream)) return b;
   if (!fences_.empty()) [[unlikely]]
     if (Block* b = wait_for_fenced(pool, size, stream)) return b;
-  // Before growing: what threads keep cached in their front caches.
+  // Before growing: a block another stream freed, this stream made to wait
+  // for that stream's work on the device (two driver calls, no host wait).
+  // Before the front caches too: flushing every thread's cache at every
+  // such miss would cost the other threads their hits.
+  if (Block* b = steal_block(pool, size, stream)) return b;
+  // Then what threads keep cached in their front caches.
   // (Their fenced frees join the deferred list: worth a join.)
   if (tcs_ != nullptr && flush_thread_caches(false)) {
     if (Block* b = take_free_block(pool, size, stream)) return b;
     if (deferred_ != nullptr)
       if (Block* b = join_waiting(pool, size, stream)) return b;
+    if (Block* b = steal_block(pool, size, stream)) return b;
   }
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
   if (Block* b = grow(pool, size, stream, false, err)) return b;
@@ -183,11 +192,7 @@ Block* CachingAllocator::take_free_block(BlockPool& pool, std::size_t size, Stre
   if (gc_on_) ++pool.lookups;
   Block* block = serving_tag_ == kUntagged ? pool.blocks.best_fit(stream, size)
                                            : pool.blocks.best_fit_tagged(stream, serving_tag_, size);
-  if (block == nullptr) return nullptr;
-  const std::size_t max_split = config_.max_split_size;
-  if (size < max_split && block->size >= max_split) return nullptr;
-  // (block->size >= size here; subtracting cannot wrap where adding could.)
-  if (size >= max_split && block->size - size >= config_.max_non_split_rounding) return nullptr;
+  if (block == nullptr || !split_rules_allow(block, size)) return nullptr;
   pool.blocks.erase(block);
   return block;
 }

@@ -1,5 +1,6 @@
 // backend.cpp — DeviceBackend's defaults: a fence is one event on the legacy
-// stream; backups (host memory, copies) are not supported.
+// stream; cross-stream ordering and backups (host memory, copies) are not
+// supported.
 #include "backend.h"
 
 namespace cachalloc {
@@ -22,6 +23,7 @@ Status DeviceBackend::fence_query(FenceId fence) { return event_query(fence); }
 Status DeviceBackend::fence_synchronize(FenceId fence) { return event_synchronize(fence); }
 void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
 Status DeviceBackend::fence_join(FenceId) { return kNotSupported; }
+Status DeviceBackend::order_streams(StreamId, StreamId, EventId, StreamId*) { return kNotSupported; }
 
 Status DeviceBackend::host_alloc(std::size_t, void** out) {
   *out = nullptr;

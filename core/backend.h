@@ -62,6 +62,19 @@ class DeviceBackend {
   virtual Status fence_join(FenceId fence);
   virtual bool fence_join_supported() const { return false; }
 
+  // Cross-stream reuse (core/steal_path.cpp): memory cached for one stream
+  // handed to another without a host wait, as CUDA's stream-ordered pool
+  // does.  Makes all work enqueued on `waiter` from now on wait, on the
+  // device, for all work enqueued on `donor` so far: `event` (one of the
+  // core's pooled events) is recorded on donor and waited for on waiter
+  // (cuEventRecord + cuStreamWaitEvent).  A wait holds the record it saw,
+  // so the event may be recorded again right after.  kNotReady while a
+  // graph capture is in flight (a record could join the capture, a wait on
+  // an event recorded outside it would break it); kInvalidValue, with
+  // *unnamed set and nothing recorded, when a stream cannot be named
+  // (waiter first); kNotSupported by default: no cross-stream reuse.
+  virtual Status order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed);
+
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them.  A mapping starts with no
   // access, as cuMemMap's does: vm_set_own_access grants this device

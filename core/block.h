@@ -20,8 +20,11 @@
 //    live segments (blocks are recycled: a stale entry would complete the
 //    next new block early).
 //  * No two neighbouring blocks are both free: free() merges them.
-//  * Every block of a segment carries the segment's stream and pool; a block
-//    is only reused on that stream (cross-stream reuse goes through events).
+//  * Every block of a segment carries the segment's stream and pool; a free
+//    block is reused on another stream only after that stream was made to
+//    wait on the device for an event recorded on the block's stream
+//    (steal_path.cpp), which then either moves the whole segment to it or
+//    lends the block, recording the borrower in stream_uses until its free.
 //  * Expandable segments (expandable_segments:true) are one virtual
 //    reservation whose blocks may be unmapped: an unmapped block is page-
 //    aligned, never allocated, in no pool, and never next to another

@@ -302,6 +302,15 @@ class CachingAllocator {
 
   // Search and carve (allocation_path.cpp).
   Block* take_free_block(BlockPool& pool, std::size_t size, StreamId stream);
+  // take_free_block's max_split_size rules: whether free block `b` may
+  // serve a request of `size` bytes (b->size >= size).
+  bool split_rules_allow(const Block* b, std::size_t size) const {
+    const std::size_t max_split = config_.max_split_size;
+    if (size < max_split && b->size >= max_split) return false;
+    // (b->size >= size here; subtracting cannot wrap where adding could.)
+    if (size >= max_split && b->size - size >= config_.max_non_split_rounding) return false;
+    return true;
+  }
   Block* new_segment(BlockPool& pool, std::size_t size, StreamId stream, bool is_retry, Status* err);
   Block* add_segment(Segment* segment);
   Block* obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err);
@@ -353,6 +362,16 @@ class CachingAllocator {
   void synchronize_events();
   bool wait_event(EventId event);
   bool settle_unsynced();
+
+  // Cross-stream reuse (steal_path.cpp): before the cache grows, another
+  // stream's free block, the requesting stream ordered after the donor's
+  // work on the device.
+  Block* steal_block(BlockPool& pool, std::size_t size, StreamId stream);
+  Block* best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
+                            std::span<const StreamId> refused, bool whole) const;
+  Status order_after(StreamId waiter, StreamId donor, bool* donor_refused);
+  Block* take_stolen(BlockPool& pool, Block* block, StreamId stream);
+  bool unorderable(StreamId stream) const;
 
   // Giving memory back (release_path.cpp).
   void release_segment(Block* block);
@@ -590,6 +609,16 @@ class CachingAllocator {
   // Whether misses may join fences (fence_join, and the backend can: a
   // kNotSupported answer clears it for good).
   bool joins_possible_ = config_.fence_join;
+  // Whether misses may take other streams' free blocks (cross_stream_reuse,
+  // and the backend can order streams: kNotSupported clears it for good).
+  // Whole segments only (the default) find none with expandable segments,
+  // whose reservations never move: no search then.
+  bool steals_possible_ = config_.cross_stream_reuse == CrossStream::blocks ||
+                          (config_.cross_stream_reuse == CrossStream::segments && !config_.expandable_segments);
+  // Streams the backend cannot name for order_streams (the
+  // shim's pseudo-stream of plain allocations): never donors nor takers.
+  // One or two entries.
+  std::vector<StreamId> unorderable_;
   std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the
   // device synchronization failed too): each holds one pending count until

@@ -207,6 +207,11 @@ bool set_handle_type(std::string_view v, Config& c) {
   return set_enum(v, kHandleTypeNames, c.expandable_segments_handle_type);
 }
 bool set_free_sync(std::string_view v, Config& c) { return set_enum(v, kFreeSyncNames, c.free_sync); }
+constexpr std::array<const char*, 3> kCrossStreamNames{"false", "segments", "blocks"};
+bool set_cross_stream_reuse(std::string_view v, Config& c) {
+  if (lower(v) == "true") return (c.cross_stream_reuse = CrossStream::segments), true;
+  return set_enum(v, kCrossStreamNames, c.cross_stream_reuse);
+}
 bool set_fence_join(std::string_view v, Config& c) { return set_bool(v, c.fence_join); }
 bool set_fence_wait_max(std::string_view v, Config& c) {
   if (lower(v) == "unlimited") return (c.fence_wait_max = kUnlimited), true;
@@ -286,6 +291,7 @@ constexpr KeyHandler kHandlers[] = {
     {"fence_join", set_fence_join, false, "true or false"},
     {"fence_wait_max_mb", set_fence_wait_max, false, "an integer number of MiB >= 0, or unlimited"},
     {"fence_join_frees", set_fence_join_frees, false, "an integer number of frees from 1 to 1000000"},
+    {"cross_stream_reuse", set_cross_stream_reuse, false, "one of segments (or true), blocks, false"},
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
@@ -526,6 +532,7 @@ std::string Config::to_string() const {
   append(out, "fence_join", fence_join ? "true" : "false");
   append(out, "fence_wait_max_mb", fence_wait_max == kUnlimited ? "unlimited" : std::to_string(fence_wait_max >> 20));
   append(out, "fence_join_frees", std::to_string(fence_join_frees));
+  append(out, "cross_stream_reuse", kCrossStreamNames[static_cast<int>(cross_stream_reuse)]);
   append(out, "pinned_max_cached_mb",
          pinned_max_cached == kUnlimited ? "unlimited" : std::to_string(pinned_max_cached >> 20));
   append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));

@@ -24,6 +24,11 @@ enum class HandleType { automatic, posix_fd, fabric, none };
 //   device — synchronize the context, as cudaFree itself does;
 //   automatic — stream while the context has no other stream, else fence.
 enum class FreeSync { automatic, fence, stream, device };
+// What a request may take from another stream's free memory, ordered on the
+// device (core/steal_path.cpp): nothing; a whole free segment, which moves
+// to it; or also a free block of a segment the other stream still uses,
+// lent until its free (whose event must complete before it goes back).
+enum class CrossStream { off, segments, blocks };
 enum class LogLevel { trace, debug, info, warn, err, critical, off };
 
 // roundup_power2_divisions is given per power-of-two size interval, as in
@@ -60,6 +65,15 @@ struct Config {
   // that could serve it orders all later work after the fences instead
   // (cuCtxWaitEvent; core/fence_path.cpp, join_waiting) and reuses them.
   bool fence_join = true;
+  // Cross-stream reuse (core/steal_path.cpp): a miss that would grow the
+  // cache takes another stream's freed memory instead, its stream made to
+  // wait on the device for the donor stream's work (an event recorded on
+  // the donor, cuStreamWaitEvent; no host wait), as CUDA's stream-ordered
+  // pool reuses across streams.  segments (the default): whole free
+  // segments; blocks: also blocks of segments the donor still uses, lent
+  // (and so expandable segments' blocks); off (false): each stream reuses
+  // only its own frees (the behaviour before issue 36).
+  CrossStream cross_stream_reuse = CrossStream::segments;
   // The most bytes of plain frees that may wait behind fences: once more
   // wait (and at least 20 frees, so that the two driver calls of a join
   // stay at 0.1 per free), the free itself joins them (core/fence_path.cpp,

@@ -45,6 +45,13 @@ class StreamBins {
   TagId tag() const { return tag_; }
   std::size_t count() const { return count_; }
 
+  // Set by retire_stream (the stream is being destroyed), cleared when the
+  // handle asks for memory again (a new stream got it): while set, no other
+  // stream takes these blocks (steal_path.cpp), since an event cannot be
+  // recorded on a destroyed stream and a new stream with the same handle
+  // may use the blocks in its own order.
+  bool retired = false;
+
   // The bin of a block of `size` bytes: sizes below 16 KiB have a bin each
   // (in 512-byte units), larger ones share one of 32 steps of their power
   // of two.
@@ -64,6 +71,22 @@ class StreamBins {
     for (Block* b = heads_[bin]; b != nullptr; b = b->free_next)
       if (b->size >= size) return b;
     return first_after(bin);
+  }
+
+  // The smallest block of at least `size` bytes for which keep(b) holds,
+  // looking at `max_visits` blocks at most (smallest first), or nullptr:
+  // best_fit, walking on past the blocks keep refuses (rare paths only).
+  template <typename Keep>
+  Block* best_fit_if(std::size_t size, int max_visits, Keep&& keep) const {
+    int bin = bin_of(size);
+    for (Block* b = heads_[bin]; b != nullptr && max_visits > 0; b = b->free_next)
+      if (b->size >= size && (--max_visits, keep(b))) return b;
+    for (Block* head = first_after(bin); head != nullptr && max_visits > 0; head = first_after(bin)) {
+      bin = bin_of(head->size);
+      for (Block* b = head; b != nullptr && max_visits > 0; b = b->free_next)
+        if (--max_visits, keep(b)) return b;
+    }
+    return nullptr;
   }
 
   void insert(Block* b) {
@@ -155,6 +178,13 @@ class FreeIndex {
   Block* best_fit(StreamId stream, std::size_t size) {
     StreamBins* bins = find(stream);
     return bins == nullptr ? nullptr : bins->best_fit(size);
+  }
+  // fn(StreamBins*) for every stream's untagged bins (cross-stream reuse,
+  // steal_path.cpp: one best-fit lookup per stream, on misses that would
+  // grow the cache only).
+  template <typename Fn>
+  void for_each_stream(Fn&& fn) const {
+    for (const auto& [stream, bins] : by_stream_) fn(bins.get());
   }
   // The same for a tagged request (tag != kUntagged).
   StreamBins* tagged_bins_for(StreamId stream, TagId tag) {

@@ -175,6 +175,9 @@ Status CachingAllocator::retire_stream(StreamId stream) {
   std::lock_guard lock(mutex_);
   flush_thread_caches(false);  // blocks cached on it wait too
   settle_held();  // its blocks wait too, merged as the bins would hold them
+  // No other stream takes its blocks from now on (steal_path.cpp).
+  for (BlockPool* pool : {&small_pool_, &large_pool_})
+    if (StreamBins* bins = pool->blocks.find(stream)) bins->retired = true;
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     for (Block* b : pool->blocks.on_stream(stream)) {
       if (!record_pending_event(b, stream)) {

@@ -100,6 +100,10 @@ struct SharedStats {
   // keeps threads from scaling, where they do not.
   std::int64_t num_thread_cache_locked_allocs = 0;
   std::int64_t num_thread_fence_polls_not_ready = 0;
+  // Misses served by a block another stream had freed, the requesting
+  // stream made to wait on the device for that stream's work instead of
+  // the cache growing (core/steal_path.cpp, cross_stream_reuse).
+  std::int64_t num_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
   // Bytes the program freed that graph captures still hold (owner_ledger.cpp):
   // counted as allocated too, since the graphs still use them.

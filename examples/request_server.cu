@@ -3,11 +3,13 @@
 // an allocator costs in requests per second and device memory when every
 // thread allocates at once (inference servers, data-loading pipelines).
 //
-// T threads (default 16), each with a non-blocking stream of its own.  One
-// request of a thread:
-//   1. allocate an input (4 KiB .. 1 MiB, log-uniform), an output of the
-//      same size and a workspace (512 B .. 64 KiB), from a generator of the
-//      thread's own (the same sizes on every run);
+// T threads (default 16), each with a non-blocking stream of its own (with
+// --streams per-thread, its per-thread default stream, cudaStreamPerThread,
+// instead).  One request of a thread:
+//   1. allocate an input (4 KiB .. 1 MiB, log-uniform; --sizes LO:HI bytes
+//      for another range), an output of the same size and a workspace
+//      (512 B .. 64 KiB), from a generator of the thread's own (the same
+//      sizes on every run);
 //   2. on the stream: fill the input with a pattern of (thread, request),
 //      compute output = 3 * input + 1 through the workspace, and count the
 //      output words that differ from the expected ones (verify_kernels.cuh
@@ -69,6 +71,8 @@ struct Options {
   int threads = 16;
   long requests = 2000;  // per thread
   bool async = true;
+  std::size_t lo = 4 * KiB, hi = 1024 * KiB;  // input and output sizes
+  bool per_thread = false;                     // cudaStreamPerThread instead of a created stream
 };
 
 struct Nvml {
@@ -121,7 +125,7 @@ void release(void* p, cudaStream_t s, bool async) { ok(async ? cudaFreeAsync(p, 
 void serve(const Options& o, int id, cudaStream_t s, unsigned long long* bad) {
   std::uint64_t state = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(id + 1);
   for (long r = 0; r < o.requests && g_errors.load() == 0; ++r) {
-    const std::size_t bytes = draw(&state, 4 * KiB, 1024 * KiB), ws_bytes = draw(&state, 512, 64 * KiB);
+    const std::size_t bytes = draw(&state, o.lo, o.hi), ws_bytes = draw(&state, 512, 64 * KiB);
     auto* in = static_cast<std::uint32_t*>(alloc(bytes, s, o.async));
     auto* out = static_cast<std::uint32_t*>(alloc(bytes, s, o.async));
     auto* ws = static_cast<std::uint32_t*>(alloc(ws_bytes, s, o.async));
@@ -149,13 +153,18 @@ Options parse(int argc, char** argv) {
     if (a == "--threads") o.threads = std::atoi(v), ++i;
     else if (a == "--requests") o.requests = std::atol(v), ++i;
     else if (a == "--api") o.async = std::strcmp(v, "plain") != 0, ++i;
+    else if (a == "--sizes" && std::sscanf(v, "%zu:%zu", &o.lo, &o.hi) == 2) ++i;
+    else if (a == "--streams" && (std::strcmp(v, "own") == 0 || std::strcmp(v, "per-thread") == 0))
+      o.per_thread = std::strcmp(v, "per-thread") == 0, ++i;
     else {
-      std::fprintf(stderr, "usage: request_server [--threads N] [--requests N per thread] [--api async|plain]\n");
+      std::fprintf(stderr,
+                   "usage: request_server [--threads N] [--requests N per thread] [--api async|plain] "
+                   "[--sizes LO:HI bytes of input and output] [--streams own|per-thread]\n");
       std::exit(2);
     }
   }
-  if (o.threads < 1 || o.threads > 256 || o.requests < 1) {
-    std::fprintf(stderr, "request_server: --threads 1..256, --requests >= 1\n");
+  if (o.threads < 1 || o.threads > 256 || o.requests < 1 || o.lo < 4 || o.hi < o.lo) {
+    std::fprintf(stderr, "request_server: --threads 1..256, --requests >= 1, --sizes 4 <= LO <= HI\n");
     std::exit(2);
   }
   return o;
@@ -193,7 +202,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < o.threads; ++i)
     pool.emplace_back([&, i] {
       cudaSetDevice(0);
-      serve(o, i, streams[static_cast<std::size_t>(i)], bad + i);
+      serve(o, i, o.per_thread ? cudaStreamPerThread : streams[static_cast<std::size_t>(i)], bad + i);
     });
   for (auto& t : pool) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -208,8 +217,9 @@ int main(int argc, char** argv) {
   ok(cudaFree(bad), "counters");
   const double requests = static_cast<double>(o.requests) * o.threads;
   const bool pass = mismatches == 0 && g_errors.load() == 0;
-  std::printf("request_server: api=%s threads=%d requests=%.0f  %.0f requests/s  peak %s%.1f MiB  mismatching words %llu  %s\n",
-              o.async ? "async" : "plain", o.threads, requests, requests / secs, have_nvml ? "" : "(no NVML) ",
+  std::printf("request_server: api=%s streams=%s threads=%d sizes=%zu:%zu requests=%.0f  %.0f requests/s  peak %s%.1f MiB  mismatching words %llu  %s\n",
+              o.async ? "async" : "plain", o.per_thread ? "per-thread" : "own", o.threads, o.lo, o.hi, requests,
+              requests / secs, have_nvml ? "" : "(no NVML) ",
               static_cast<double>(peak.load() - base) / (1024.0 * 1024.0), mismatches, pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }

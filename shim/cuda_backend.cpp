@@ -91,6 +91,29 @@ Status CudaBackend::stream_wait_event(StreamId stream, EventId event) {
   return status(CALL(cuStreamWaitEvent, s, as_event(event), 0));
 }
 
+// Another thread's per-thread stream cannot be named from this thread: one
+// event for all the context's work (cuCtxRecordEvent) covers it, else an
+// event on the legacy stream, which orders after every blocking stream,
+// per-thread ones included.  The context-wide event first: a record on the
+// legacy stream also makes every blocking stream's later work wait for it,
+// on the device (the legacy stream's implicit synchronization).
+Status CudaBackend::order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuStreamWaitEvent == nullptr) return kNotSupported;
+  CUstream w = nullptr, d = nullptr;
+  if (!to_cu_stream(waiter, &w)) return *unnamed = waiter, kInvalidValue;
+  const bool named = to_cu_stream(donor, &d);
+  if (!named && !is_per_thread_id(donor)) return *unnamed = donor, kInvalidValue;
+  std::shared_lock gate(capture_gate());
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (!named && ctx_ != nullptr && d_->cuCtxRecordEvent != nullptr && !context_wide_refused_)
+    r = CALL(cuCtxRecordEvent, ctx_, as_event(event));
+  if (r != CUDA_SUCCESS) r = CALL(cuEventRecord, as_event(event), named ? d : CU_STREAM_LEGACY);
+  if (r != CUDA_SUCCESS) return status(r);
+  return status(CALL(cuStreamWaitEvent, w, as_event(event), 0));
+}
+
 CudaBackend::Fence* CudaBackend::take_fence() {
   if (spare_fences_.empty()) return new Fence;
   Fence* f = spare_fences_.back();

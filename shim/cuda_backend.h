@@ -36,6 +36,15 @@ class CudaBackend final : public DeviceBackend {
   // Work enqueued on `stream` later waits (on the device) for `event`
   // (stream_order.cpp).  kNotSupported when the driver lacks the call.
   Status stream_wait_event(StreamId stream, EventId event);
+  // Cross-stream reuse (core/steal_path.cpp): cuEventRecord on the donor
+  // stream and cuStreamWaitEvent on the requesting one, both under the
+  // capture gate, refused (kNotReady) while any capture is in flight.
+  // Another thread's per-thread stream, which this thread cannot name, is
+  // covered by a context-wide event (cuCtxRecordEvent), else by a record
+  // on the legacy stream (it orders after every blocking stream, per-thread
+  // ones included); the plain-allocation pseudo-stream cannot be named
+  // (kInvalidValue).
+  Status order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed) override;
 
   // A fence is one event that captures all the context's work enqueued so
   // far (cuCtxRecordEvent, CUDA 12.5), or, where the driver lacks or refuses

@@ -22,6 +22,8 @@
 // | a graph capture in flight                     | the begin/end hooks (counted before the real begin,    | held for the graph (3) |
 // |                                               | per context: capture_tracking.h)                        |                    |
 // | a stream first noted during a capture         | as above (per-thread streams included: stream_watch.h) | fence (2), ordered after the capture-begin event (3) |
+// | a stream-ordered request its stream's cache   | the request's stream (cuMemAllocAsync and _ptsz)       | another stream's whole free segment, ordered (4) |
+// | cannot serve                                  |                                                        |                    |
 //
 // (1) The legacy stream synchronizes with every blocking stream both ways,
 //     so work on it and on one blocking stream runs in one sequence.  A
@@ -42,6 +44,19 @@
 //     while a capture is in flight in the context (where recording on the
 //     legacy stream or cuCtxRecordEvent is forbidden) leaves the sequence as
 //     any other and waits for that event instead of a new one.
+// (4) Cross-stream reuse (core/steal_path.cpp): before the cache grows, a
+//     request on B may take a whole free segment of another stream A.  A's
+//     free blocks are safe in A's order (every rule above that lets a block
+//     into A's bins makes it so), and B is made to wait on the device for
+//     an event recorded on A at the steal (cuda_backend.cpp order_streams:
+//     cuEventRecord + cuStreamWaitEvent), so B's use comes
+//     after everything A's own reuse would come after.  Refused while any
+//     capture is in flight (a record on a capturing stream joins it, a wait
+//     on an event from outside breaks it); never from a destroyed stream
+//     (no record on a dead handle) nor for or from the plain-allocation
+//     pseudo-stream (its blocks go to any stream: none can wait).  Another
+//     thread's per-thread stream is covered by a context-wide event, else
+//     by one on the legacy stream, which orders after it (1).
 //
 // Leaving the single sequence: blocks freed before it were reusable at
 // once and may already be cached for reuse.  The stream that ends the

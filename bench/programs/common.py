@@ -227,11 +227,13 @@ FREE_ENTRIES = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaFr
 # Device-stats keys that count driver calls made on the program's behalf:
 # segments allocated and freed, device-wide synchronizations, and the events
 # recorded for fences (num_fence_events) and the stream queries that let a
-# fence skip idle streams (num_fence_stream_queries).  Any other key naming
-# events (a future num_event_queries, say) is added too; num_fences is not (a
-# fence is counted by the calls it took).  See driver_calls().
+# fence skip idle streams (num_fence_stream_queries), fence joins and
+# cross-stream reuses (an event record and a stream wait each, counted once
+# as joins are).  Any other key naming events (a future num_event_queries,
+# say) is added too; num_fences is not (a fence is counted by the calls it
+# took).  See driver_calls().
 DRIVER_CALL_KEYS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_fence_events",
-                    "num_fence_stream_queries", "num_fence_joins")
+                    "num_fence_stream_queries", "num_fence_joins", "num_cross_stream_reuses")
 
 
 def _is_driver_call_key(k):
@@ -269,14 +271,15 @@ def driver_calls(dump):
 def fence_stats(dump):
     """The fence figures of a dump, summed over devices (absent keys left out):
     frees that waited for a fence, fences, their events, and the bytes held back
-    by pending fences (current and peak), and release_before_peak's releases
-    and release_remap's remaps (grows and bytes moved)."""
+    by pending fences (current and peak), release_before_peak's releases
+    and release_remap's remaps (grows and bytes moved), and cross-stream
+    reuses."""
     out = {}
     for dev in dump.get("devices", []) or []:
         st = dev.get("stats", {}) or {}
         for k in ("num_deferred_frees", "num_fences", "num_fence_events", "num_fence_joins", "num_fence_waits",
                   "num_peak_releases", "num_peak_remaps", "peak_remap_bytes", "deferred_free_bytes.peak",
-                  "deferred_free_bytes.current"):
+                  "deferred_free_bytes.current", "num_cross_stream_reuses"):
             if k in st:
                 out[k] = out.get(k, 0) + int(st[k])
     return out

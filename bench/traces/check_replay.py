@@ -82,6 +82,17 @@ def replay(binary, traces, confs=None, extra=()):
 #   80 MiB, 7 allocations, 4 segments at once.  (Phase 1 is unchanged: its
 #   free blocks are all below 20 MiB.)
 # max_split_size_mb:256: nothing is that large: as the defaults.
+# cross_stream_reuse:false: as the defaults.  Cross-stream reuse (on by
+#   default, core/steal_path.cpp) moves only whole free segments, and C
+#   never meets one of another stream's: A's only segment holds a6.
+# cross_stream_reuse:blocks: a request C's memory cannot serve may take a
+#   block of a segment another stream still uses, lent: c1 and c2 are lent
+#   from A's 20 MiB segment (a6 holds 1.25 MiB + 512 B of it), leaving
+#   1.75 MiB - 512 B.  A lent block's free waits for an event on C, which
+#   the replay never completes: c1 stays active.  c3 finds nothing and maps
+#   C's own 20 MiB segment: 20 + 20 = 40 MiB, 5 device allocations; c4
+#   splits c3's freed segment.  Active peaks at a6 + c1 (waiting) + c2 + c3
+#   = 27.25 MiB + 512 B: fragmentation 1 - that / 40 MiB.
 # expandable_segments:true (pages of 20 MiB in the large pool, 2 MiB in the
 #   small): A maps 20 MiB for a1-a3; a4 needs 12 MiB with 8 MiB free at the
 #   end, so 20 MiB more are mapped (40); b1 maps 2 MiB on B: 42 MiB.  a5 splits
@@ -92,6 +103,8 @@ def replay(binary, traces, confs=None, extra=()):
 #   at most 2 at once (A and B; then A and C).
 EXPECT = {  # conf: (peak reserved, peak allocated, device allocs, peak segments)
     "": (60 * MiB, 26 * MiB, 6, 3),
+    "cross_stream_reuse:false": (60 * MiB, 26 * MiB, 6, 3),
+    "cross_stream_reuse:blocks": (40 * MiB, 26 * MiB, 5, 3),
     "roundup_power2_divisions:4": (40 * MiB, 26 * MiB, 6, 3),
     "roundup_power2_divisions:8": (40 * MiB, 26 * MiB, 5, 3),
     "roundup_power2_divisions:[256:1,512:2,>:8]": (60 * MiB, 26 * MiB, 6, 3),
@@ -100,6 +113,8 @@ EXPECT = {  # conf: (peak reserved, peak allocated, device allocs, peak segments
     "expandable_segments:true": (60 * MiB, 26 * MiB, 6, 2),
     "expandable_segments:true,roundup_power2_divisions:[256:1,512:2,>:8]": (60 * MiB, 26 * MiB, 6, 2),
 }
+# Peak active where it is not peak allocated (a block waits for an event).
+ACTIVE = {"cross_stream_reuse:blocks": 27 * MiB + 256 * 1024 + 512}
 
 
 def check_synthetic(binary, d):
@@ -127,19 +142,21 @@ def check_synthetic(binary, d):
         name = conf or "defaults"
         check(f"synthetic [{name}] peak_reserved", s["peak_reserved"], res)
         check(f"synthetic [{name}] peak_allocated", s["peak_allocated"], alloc)
-        check(f"synthetic [{name}] peak_active", s["peak_active"], alloc)  # nothing waits on an event
+        active = ACTIVE.get(conf, alloc)  # else nothing waits on an event
+        check(f"synthetic [{name}] peak_active", s["peak_active"], active)
         check(f"synthetic [{name}] num_device_alloc", s["num_device_alloc"], dev_allocs)
         check(f"synthetic [{name}] peak_segments", s["peak_segments"], segs)
         check(f"synthetic [{name}] retries", s["num_alloc_retries"], 0)
         check(f"synthetic [{name}] ooms", s["num_ooms"], 0)
         check(f"synthetic [{name}] error", s["error"], "")
         check(f"synthetic [{name}] reserved ÷ allocated", round(s["reserved_over_allocated"], 6), round(res / alloc, 6))
-        check(f"synthetic [{name}] fragmentation", round(s["fragmentation"], 6), round(1 - alloc / res, 6))
+        check(f"synthetic [{name}] fragmentation", round(s["fragmentation"], 6), round(1 - active / res, 6))
         check(f"synthetic [{name}] reserved ÷ trace peak", round(s["reserved_over_trace_peak"], 6),
               round(res / (26 * MiB), 6))
     for text in ["### synthetic, device 0",
                  "| classic (defaults) | 60.00 MiB | 26.00 MiB | 2.308 | 0.567 | 2.308 | 6 | 3 | 0 | 0 |",
                  "| max_split_size_mb:20 | 80.00 MiB | 26.00 MiB | 3.077 | 0.675 | 3.077 | 7 | 4 | 0 | 0 |",
+                 "| cross_stream_reuse:blocks | 40.00 MiB | 26.00 MiB | 1.538 | 0.319 | 1.538 | 5 | 3 | 0 | 0 |",
                  "| recorded run (from the trace) | 60.00 MiB | 26.00 MiB | 2.308 | n/a | 2.308 | 6 maps |"]:
         if text not in md:
             failures.append(f"synthetic: markdown lacks {text!r}")
@@ -243,12 +260,14 @@ def check_requested(binary, d):
 def check_recorded(binary, d):
     """A trace recorded by the shim on the fake driver: the classic replay must
     give the recorded run's own peaks (its program frees every block on the
-    stream it was allocated on, or synchronizes first)."""
+    stream it was allocated on, or synchronizes first).  The recording
+    predates cross-stream reuse, which moves whole segments between its
+    streams (86 MiB instead of 90), so the replay leaves it out too."""
     path = os.path.join(d, "driver_patterns.replay")
     if not os.path.exists(path):
         failures.append(f"{path} missing")
         return
-    traces, _ = replay(binary, [path], [""])
+    traces, _ = replay(binary, [path], ["cross_stream_reuse:false"])
     for t in traces:
         s = t["settings"][0]
         check(f"driver_patterns device {t['device']}: dropped", t["dropped_events"], 0)

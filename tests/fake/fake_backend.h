@@ -125,6 +125,7 @@ class FakeBackend final : public DeviceBackend {
     ev.stream = stream;
     ev.at = ++clock_;
     ev.done = false;
+    ev.covers.clear();
     if (auto_complete_) {
       mark_done(ev);
       note_fences();
@@ -202,6 +203,59 @@ class FakeBackend final : public DeviceBackend {
     ++fence_joins;
     joined_at_ = std::max(joined_at_, get_fence(fence).at);
     return kSuccess;
+  }
+
+  // ---- cross-stream ordering (order_streams, core/steal_path.cpp) ----
+  // Each stream has a vector clock: order_[w][d] > t means that all work
+  // enqueued on w from now on runs after all work enqueued on d before tick
+  // t + 1, because w waited for an event recorded on d after t, directly or
+  // through the waits of other streams.  order_streams records the event on
+  // the donor (a snapshot of the donor's clock, with the donor itself at
+  // the record's tick) and merges it into the waiter's clock.  Refused with
+  // kNotReady while refuse_fences() (a capture, as the shim refuses both)
+  // or refuse_orders() is on.
+  void refuse_orders(bool on) { refuse_orders_ = on; }
+  void orders_unsupported(bool on) { orders_unsupported_ = on; }
+  // A stream the backend cannot name (the shim's plain-allocation pseudo-stream).
+  void unnameable(StreamId s) { unnameable_.insert(s); }
+  int order_records = 0, order_waits = 0;  // (one each per order_streams that ordered)
+  int order_refusals = 0;  // calls answered kInvalidValue (a stream it cannot name)
+  struct OrderWait {
+    StreamId waiter;
+    StreamId donor;      // the stream the event was recorded on
+    EventId event;
+    std::uint64_t recorded_at;  // the record's tick
+    std::uint64_t at;           // the wait's tick
+  };
+  std::vector<OrderWait> order_log;  // every wait, in order
+  Status order_streams(StreamId waiter, StreamId donor, EventId e, StreamId* unnamed) override {
+    if (orders_unsupported_) return kNotSupported;
+    for (StreamId s : {waiter, donor})
+      if (unnameable_.count(s) != 0) return ++order_refusals, *unnamed = s, kInvalidValue;
+    if (refuse_orders_ || refuse_fences_) return kNotReady;
+    ++order_records;
+    auto& ev = get(e);
+    ev.recorded = true;
+    ev.stream = donor;
+    ev.at = ++clock_;
+    ev.done = false;
+    ev.covers = order_[donor];
+    ev.covers[donor] = ev.at;
+    ++order_waits;
+    for (const auto& [s, t] : ev.covers) {
+      std::uint64_t& mine = order_[waiter][s];
+      mine = std::max(mine, t);
+    }
+    order_log.push_back({waiter, donor, e, ev.at, ++clock_});
+    return kSuccess;
+  }
+  // Whether all work enqueued on `waiter` from now on runs after all work
+  // enqueued on `donor` before tick t + 1 (see above).
+  bool stream_ordered_after(StreamId waiter, StreamId donor, std::uint64_t t) const {
+    auto w = order_.find(waiter);
+    if (w == order_.end()) return false;
+    auto d = w->second.find(donor);
+    return d != w->second.end() && d->second > t;
   }
 
   // ---- what the device has shown complete ----
@@ -515,6 +569,7 @@ class FakeBackend final : public DeviceBackend {
     bool done = false;
     StreamId stream = 0;
     std::uint64_t at = 0;  // the tick of its last record
+    std::map<StreamId, std::uint64_t> covers;  // order_streams' snapshot of the donor's clock
   };
   struct Fence {
     std::uint64_t at = 0;
@@ -653,6 +708,10 @@ class FakeBackend final : public DeviceBackend {
   int fail_records_ = 0;
   int records_before_failing_ = 0;
   bool refuse_fences_ = false;
+  bool refuse_orders_ = false;
+  bool orders_unsupported_ = false;
+  std::set<StreamId> unnameable_;
+  std::map<StreamId, std::map<StreamId, std::uint64_t>> order_;  // order_[waiter][donor] (see order_streams)
   bool joins_allowed_ = false;
   std::uint64_t joined_at_ = 0;
   bool auto_complete_ = false;

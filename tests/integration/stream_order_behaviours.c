@@ -8,6 +8,7 @@
  * held one.  A kernel launch (cuLaunchKernel, its _ptsz twin) is how the
  * program names its per-thread default stream. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -128,10 +129,14 @@ static int ptsz_one_thread_serial(void) {
 /* A thread's per-thread stream token must not pass to a later thread (glibc
  * hands a new thread the TLS block of one that exited): blocks a finished
  * thread freed in its stream's order, while its work still runs, are not
- * reused "in stream order" by the next thread. */
+ * reused "in stream order" by the next thread: the next thread gets such a
+ * block only after a host wait, or ordered after that work on the device
+ * (cross-stream reuse: an event recorded after it, here on the legacy
+ * stream, and waited for on the new thread's stream). */
 struct token_thread {
   CUdeviceptr p;
   int ok;
+  int ordered; /* an event recorded on its stream after the allocation was not complete */
 };
 
 static void* free_on_own_stream(void* arg) {
@@ -144,7 +149,10 @@ static void* free_on_own_stream(void* arg) {
 
 static void* alloc_on_own_stream(void* arg) {
   struct token_thread* t = arg;
-  t->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc_async_ptsz(&t->p, MiB, NULL) == CUDA_SUCCESS;
+  CUevent e;
+  t->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS && A->mem_alloc_async_ptsz(&t->p, MiB, NULL) == CUDA_SUCCESS &&
+          A->event_create(&e, 0) == CUDA_SUCCESS && A->event_record(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS;
+  t->ordered = t->ok && A->event_query(e) == CUDA_ERROR_NOT_READY;
   return NULL;
 }
 
@@ -154,10 +162,12 @@ static int per_thread_token_not_inherited(void) {
     pthread_t t1, t2;
     CHECK(pthread_create(&t1, NULL, free_on_own_stream, &first) == 0);
     CHECK(pthread_join(t1, NULL) == 0);
+    const unsigned long waits = stats().stream_wait_event;
     CHECK(pthread_create(&t2, NULL, alloc_on_own_stream, &second) == 0);
     CHECK(pthread_join(t2, NULL) == 0);
     CHECK(first.ok && second.ok);
-    CHECK(second.p != first.p || stats().ctx_sync > 0 || stats().event_sync > 0);
+    CHECK(second.p != first.p || stats().ctx_sync > 0 || stats().event_sync > 0 ||
+          (stats().stream_wait_event > waits && second.ordered));
     CHECK_CU(A->mem_free(second.p));
   }
   return 0;
@@ -419,10 +429,249 @@ static int ptsz_launch_during_other_context_capture(void) {
   return 0;
 }
 
+/* Cross-stream reuse (core/steal_path.cpp).  A block freed on s1, whose
+ * kernel still runs (s1 held), makes up a whole free segment (16 MiB: a
+ * segment of its own).  A request on s2 takes it, with no new segment and
+ * no host wait, only after s2 was made to wait on the device for an event
+ * recorded on s1: an event recorded on s2 afterwards is not complete until
+ * s1's kernel is.  With cross_stream_reuse:false s2 grows instead. */
+static int cross_stream_take(int on) {
+  CUstream s1, s2;
+  CUdeviceptr p = 0, q = 0;
+  CUevent e;
+  CHECK_CU(A->stream_create(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&p, 16 * MiB, s1));
+  A->fake_hold(s1, 1); /* the kernel that uses p still runs */
+  CHECK_CU(A->mem_free_async(p, s1));
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&q, 16 * MiB, s2));
+  const struct fake_cuda_stats_t s1_ = stats();
+  CHECK(s1_.event_sync == s0.event_sync && s1_.ctx_sync == s0.ctx_sync); /* never a host wait */
+  if (on) {
+    CHECK(q == p);
+    CHECK(s1_.mem_alloc == s0.mem_alloc);                       /* no growth */
+    CHECK(s1_.stream_wait_event == s0.stream_wait_event + 1);   /* s2 waits for s1 */
+    CHECK(s1_.event_record == s0.event_record + 1);             /* on an event recorded on s1 now */
+    CHECK_CU(A->event_create(&e, 0));
+    CHECK_CU(A->event_record(e, s2));
+    CHECK(A->event_query(e) == CUDA_ERROR_NOT_READY); /* s2's work runs after s1's kernel */
+    A->fake_hold(s1, 0);
+    CHECK_CU(A->event_query(e));
+    /* The segment is s2's now: freed and taken again on s2 with no new wait. */
+    CHECK_CU(A->mem_free_async(q, s2));
+    CHECK_CU(A->mem_alloc_async(&q, 16 * MiB, s2));
+    CHECK(q == p);
+    CHECK(stats().stream_wait_event == s1_.stream_wait_event);
+  } else {
+    CHECK(q != p);
+    CHECK(s1_.mem_alloc == s0.mem_alloc + 1);
+    CHECK(s1_.stream_wait_event == s0.stream_wait_event);
+    A->fake_hold(s1, 0);
+  }
+  CHECK_CU(A->mem_free_async(q, s2));
+  CHECK_CU(A->stream_destroy(s2));
+  CHECK_CU(A->stream_destroy(s1));
+  return 0;
+}
+static int cross_stream_reuse(void) { return cross_stream_take(1); }
+static int cross_stream_reuse_off(void) { return cross_stream_take(0); }
+
+/* No cross-stream reuse while a capture is in flight (on another stream,
+ * relaxed): a record or a wait there could join or break it.  s2's request
+ * grows, no event is recorded or waited for, the capture stays valid; after
+ * it the next request takes the block. */
+static int cross_stream_during_capture(void) {
+  CUstream s1, s2, t;
+  CUgraph g;
+  CUdeviceptr p = 0, q = 0, r = 0;
+  CHECK_CU(A->stream_create(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&t, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&p, 16 * MiB, s1));
+  CHECK_CU(A->mem_free_async(p, s1));
+  CHECK_CU(A->begin_capture(t, CU_STREAM_CAPTURE_MODE_RELAXED));
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&q, 16 * MiB, s2)); /* served, owned by the capture */
+  CHECK(q != p);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event);
+  CHECK(stats().event_record == s0.event_record);
+  CHECK_CU(A->end_capture(t, &g));
+  CHECK(stats().capture_invalidations == 0);
+  CHECK_CU(A->mem_alloc_async(&r, 16 * MiB, s2));
+  CHECK(r == p);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event + 1);
+  CHECK_CU(A->mem_free_async(q, s2));
+  CHECK_CU(A->mem_free_async(r, s2));
+  CHECK_CU(A->stream_destroy(t));
+  CHECK_CU(A->stream_destroy(s2));
+  CHECK_CU(A->stream_destroy(s1));
+  return 0;
+}
+
+/* A donor's per-thread default stream, which the requesting thread cannot
+ * name: the event covers the whole context (cuCtxRecordEvent), or where
+ * the driver lacks it (FAKE_CUDA_NO_CTX_RECORD_EVENT=1) goes on the legacy
+ * stream, which orders after every blocking stream, per-thread ones
+ * included.  Another thread frees p on its
+ * per-thread stream while its kernel still runs there; this thread's
+ * request on s2 takes p only ordered after that kernel. */
+struct ptds_donor {
+  CUdeviceptr p;
+  int ok;
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  int stage; /* 1: p freed (its kernel held); 2: release it */
+};
+
+static void* free_on_per_thread_stream(void* arg) {
+  struct ptds_donor* d = arg;
+  d->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS &&
+          A->mem_alloc_async_ptsz(&d->p, 16 * MiB, NULL) == CUDA_SUCCESS;
+  A->fake_hold(CU_STREAM_PER_THREAD, 1);
+  d->ok &= A->mem_free_async_ptsz(d->p, NULL) == CUDA_SUCCESS;
+  pthread_mutex_lock(&d->m);
+  d->stage = 1;
+  pthread_cond_broadcast(&d->c);
+  while (d->stage != 2) pthread_cond_wait(&d->c, &d->m);
+  pthread_mutex_unlock(&d->m);
+  A->fake_hold(CU_STREAM_PER_THREAD, 0);
+  return NULL;
+}
+
+static int cross_stream_per_thread_donor(void) {
+  CUstream s2;
+  CUdeviceptr q = 0;
+  CUevent e;
+  pthread_t th;
+  struct ptds_donor d = {.ok = 0, .stage = 0};
+  pthread_mutex_init(&d.m, NULL);
+  pthread_cond_init(&d.c, NULL);
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK(pthread_create(&th, NULL, free_on_per_thread_stream, &d) == 0);
+  pthread_mutex_lock(&d.m);
+  while (d.stage != 1) pthread_cond_wait(&d.c, &d.m);
+  pthread_mutex_unlock(&d.m);
+  CHECK(d.ok);
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&q, 16 * MiB, s2));
+  CHECK(q == d.p);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event + 1);
+  CHECK(stats().ctx_sync == s0.ctx_sync && stats().event_sync == s0.event_sync);
+  CHECK_CU(A->event_create(&e, 0));
+  CHECK_CU(A->event_record(e, s2));
+  CHECK(A->event_query(e) == CUDA_ERROR_NOT_READY); /* after the other thread's kernel */
+  pthread_mutex_lock(&d.m);
+  d.stage = 2;
+  pthread_cond_broadcast(&d.c);
+  pthread_mutex_unlock(&d.m);
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK_CU(A->event_query(e));
+  CHECK_CU(A->mem_free_async(q, s2));
+  CHECK_CU(A->stream_destroy(s2));
+  return 0;
+}
+
+/* A plain cuMemAlloc block may be used on any stream, so no one stream can
+ * wait for a donor: it never takes another stream's segment (and its own
+ * pseudo-stream's blocks go to no stream). */
+static int cross_stream_plain_takes_nothing(void) {
+  CUstream s1;
+  CUdeviceptr p = 0, q = 0;
+  CHECK_CU(A->stream_create(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->mem_alloc_async(&p, 16 * MiB, s1));
+  CHECK_CU(A->mem_free_async(p, s1));
+  const struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(A->mem_alloc(&q, 16 * MiB));
+  CHECK(q != p);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event);
+  CHECK_CU(A->mem_free(q));
+  CHECK_CU(A->stream_destroy(s1));
+  return 0;
+}
+
+/* A request server through the shim: 16 threads, each allocating and
+ * freeing with cuMemAllocAsync/cuMemFreeAsync on a non-blocking stream of
+ * its own, three blocks per request (256 B to 32 MiB, log-uniform), as
+ * examples/request_server does on a GPU.  What the cache holds at the end
+ * (nothing is released on the way: the fake's live bytes are the peak of
+ * reserved memory) is compared with the most bytes the threads held at
+ * once.  Each stream caching for itself held several times that; with
+ * cross-stream reuse whole free segments move to the stream that needs
+ * them.  With cross_stream_reuse:false it checks the opposite, so that the
+ * measure is seen to tell the two apart. */
+enum { kServerThreads = 16, kServerRequests = 150 };
+static size_t g_server_live, g_server_peak;
+static pthread_mutex_t g_server_m = PTHREAD_MUTEX_INITIALIZER;
+
+static void server_account(long bytes) {
+  pthread_mutex_lock(&g_server_m);
+  g_server_live = (size_t)((long)g_server_live + bytes);
+  if (g_server_live > g_server_peak) g_server_peak = g_server_live;
+  pthread_mutex_unlock(&g_server_m);
+}
+
+struct server_thread {
+  CUstream s;
+  unsigned seed;
+  int ok;
+};
+
+static size_t server_size(unsigned* seed) {
+  const double u = (double)rand_r(seed) / ((double)RAND_MAX + 1.0);
+  return (size_t)exp(log(256.0) + u * (log(32.0 * MiB) - log(256.0)));
+}
+
+static void* serve_requests(void* arg) {
+  struct server_thread* t = arg;
+  t->ok = A->ctx_set_current(g_ctx) == CUDA_SUCCESS;
+  for (int r = 0; t->ok && r < kServerRequests; ++r) {
+    CUdeviceptr p[3];
+    size_t n[3];
+    for (int k = 0; k < 3; ++k) {
+      n[k] = server_size(&t->seed);
+      t->ok &= A->mem_alloc_async(&p[k], n[k], t->s) == CUDA_SUCCESS;
+      server_account((long)n[k]);
+    }
+    for (int k = 0; k < 3; ++k) {
+      server_account(-(long)n[k]);
+      t->ok &= A->mem_free_async(p[k], t->s) == CUDA_SUCCESS;
+    }
+  }
+  return NULL;
+}
+
+static int cross_stream_server(void) {
+  const char* conf = getenv("CACHALLOC_CONF");
+  const int on = !(conf != NULL && strstr(conf, "cross_stream_reuse:false") != NULL);
+  struct server_thread t[kServerThreads];
+  pthread_t th[kServerThreads];
+  for (int i = 0; i < kServerThreads; ++i) {
+    CHECK_CU(A->stream_create(&t[i].s, CU_STREAM_NON_BLOCKING));
+    t[i].seed = 1234u + (unsigned)i;
+    t[i].ok = 0;
+  }
+  for (int i = 0; i < kServerThreads; ++i) CHECK(pthread_create(&th[i], NULL, serve_requests, &t[i]) == 0);
+  for (int i = 0; i < kServerThreads; ++i) CHECK(pthread_join(th[i], NULL) == 0);
+  for (int i = 0; i < kServerThreads; ++i) CHECK(t[i].ok);
+  const double held = (double)stats().live_bytes / (double)g_server_peak;
+  fprintf(stderr, "[%s] cross_stream_server: peak live %.0f MiB, held %.0f MiB (%.2fx)\n", g_route,
+          (double)g_server_peak / MiB, (double)stats().live_bytes / MiB, held);
+  CHECK(on ? held < 5.0 : held > 10.0); /* measured: 2.3-2.6x, and 23-29x */
+  for (int i = 0; i < kServerThreads; ++i) CHECK_CU(A->stream_destroy(t[i].s));
+  return 0;
+}
+
 static const struct {
   const char* name;
   behaviour_fn run;
 } cases[] = {
+  {"cross_stream_server", cross_stream_server},
+  {"cross_stream_reuse", cross_stream_reuse},
+  {"cross_stream_reuse_off", cross_stream_reuse_off},
+  {"cross_stream_during_capture", cross_stream_during_capture},
+  {"cross_stream_per_thread_donor", cross_stream_per_thread_donor},
+  {"cross_stream_plain_takes_nothing", cross_stream_plain_takes_nothing},
   {"join_orders_later_work", join_orders_later_work},
   {"fence_context_wide", fence_context_wide},
   {"capture_begin_window", capture_begin_window},

@@ -6,9 +6,12 @@
 //  * on each stream it was recorded on (record_stream) or that its free
 //    listed (free_fenced), other than its own: until an event recorded on
 //    that stream after the free is done (or a fence after it, or a device
-//    synchronization);
-//  * on its own stream, for a request on another stream: likewise (a request
-//    on the same stream is ordered after the work by the stream itself);
+//    synchronization), except for a request on that stream itself;
+//  * on its own stream, for a request on another stream: likewise, or until
+//    the requesting stream was made to wait on the device for an event
+//    recorded on the own stream after the free (cross-stream reuse:
+//    FakeBackend::stream_ordered_after); a request on the same stream is
+//    ordered after the work by the stream itself;
 //  * anywhere, for a deferred free (free_deferred, a plain cuMemFree): until
 //    a fence recorded after the free completes, or a device synchronization,
 //    or a fence recorded after the free is joined (all work enqueued later is
@@ -88,8 +91,14 @@ class ReuseOracle {
   }
   bool safe_for(const Freed& r, StreamId stream) const {
     if (r.deferred) return backend_.device_done_after(r.at) || backend_.device_ordered_after(r.at);
-    if (stream != r.own && !done_on(r.own, r)) return false;
-    return std::all_of(r.wait_on.begin(), r.wait_on.end(), [&](StreamId s) { return done_on(s, r); });
+    if (stream != r.own && !done_on(r.own, r) && !backend_.stream_ordered_after(stream, r.own, r.at)) return false;
+    // (A request on one of the streams that used the block is ordered after
+    // that stream's uses by the stream itself: a block lent to another
+    // stream (steal_path.cpp) returns to its own stream's bins after the
+    // events of the others only.)
+    return std::all_of(r.wait_on.begin(), r.wait_on.end(), [&](StreamId s) {
+      return s == stream || done_on(s, r) || backend_.stream_ordered_after(stream, s, r.at);
+    });
   }
   bool safe_everywhere(const Freed& r) const {
     return r.deferred ? safe_for(r, r.own) : done_on(r.own, r) && safe_for(r, r.own);

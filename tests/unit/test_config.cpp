@@ -36,7 +36,7 @@ bool same(const Config& a, const Config& b) {
          a.per_process_memory_fraction == b.per_process_memory_fraction &&
          a.expandable_segments == b.expandable_segments &&
          a.expandable_segments_handle_type == b.expandable_segments_handle_type &&
-         a.release_before_peak == b.release_before_peak && a.release_remap == b.release_remap && a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
+         a.release_before_peak == b.release_before_peak && a.release_remap == b.release_remap && a.free_sync == b.free_sync && a.fence_join == b.fence_join && a.cross_stream_reuse == b.cross_stream_reuse && a.fence_wait_max == b.fence_wait_max && a.pinned_max_cached == b.pinned_max_cached && a.stats == b.stats && a.snapshot == b.snapshot &&
          a.snapshot_signal == b.snapshot_signal && a.trace == b.trace &&
          a.trace_max_entries == b.trace_max_entries && a.log_level == b.log_level &&
          a.log_file == b.log_file && a.strict == b.strict;
@@ -45,7 +45,7 @@ bool same(const Config& a, const Config& b) {
 const char* const kKnownKeys =
     "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
-    "expandable_segments_handle_type, release_before_peak, release_remap, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
+    "expandable_segments_handle_type, release_before_peak, release_remap, free_sync, fence_join, fence_wait_max_mb, fence_join_frees, cross_stream_reuse, pinned_max_cached_mb, thread_cache_kb, tag, tag_cpu_backup, pause_backup_dir, stats, snapshot, snapshot_signal, trace, "
     "trace_max_entries, log_level, log_file, strict";
 
 }  // namespace
@@ -199,6 +199,16 @@ TEST_CASE("pinned_max_cached_mb: MiB, 0 for off, or unlimited; 1024 MiB by defau
   CHECK(parse_error("pinned_max_cached:8") ==
         std::string("CACHALLOC_CONF: unknown key 'pinned_max_cached' (did you mean 'pinned_max_cached_mb'?); "
                     "known keys: ") + kKnownKeys);
+}
+
+TEST_CASE("cross_stream_reuse: segments (or true), blocks, false; segments by default", "[config]") {
+  CHECK(Config{}.cross_stream_reuse == CrossStream::segments);
+  CHECK(parse_ok("cross_stream_reuse:false").cross_stream_reuse == CrossStream::off);
+  CHECK(parse_ok("cross_stream_reuse:true").cross_stream_reuse == CrossStream::segments);
+  CHECK(parse_ok("cross_stream_reuse:Blocks").cross_stream_reuse == CrossStream::blocks);
+  CHECK(parse_ok(parse_ok("cross_stream_reuse:blocks").to_string()).cross_stream_reuse == CrossStream::blocks);
+  CHECK(parse_error("cross_stream_reuse:yes") ==
+        "CACHALLOC_CONF: cross_stream_reuse: 'yes' is not valid; expected one of segments (or true), blocks, false");
 }
 
 TEST_CASE("fence_join_frees: 1 to 1000000 frees; 20 by default", "[config]") {
@@ -432,7 +442,7 @@ TEST_CASE("to_string of the defaults", "[config]") {
         "max_split_size_mb:unlimited,max_non_split_rounding_mb:20,"
         "roundup_power2_divisions:[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0,2048:0,"
         "4096:0,8192:0,16384:0,32768:0],per_process_memory_fraction:1,expandable_segments:false,"
-        "expandable_segments_handle_type:auto,release_before_peak:false,release_remap:false,free_sync:auto,fence_join:true,fence_wait_max_mb:256,fence_join_frees:20,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
+        "expandable_segments_handle_type:auto,release_before_peak:false,release_remap:false,free_sync:auto,fence_join:true,fence_wait_max_mb:256,fence_join_frees:20,cross_stream_reuse:segments,pinned_max_cached_mb:1024,thread_cache_kb:1024,trace_max_entries:1048576,log_level:warn");
 }
 
 TEST_CASE("to_string round-trips every value", "[config]") {
@@ -442,7 +452,7 @@ TEST_CASE("to_string round-trips every value", "[config]") {
         "max_split_size_mb:300,max_non_split_rounding_mb:7,"
         "roundup_power2_divisions:[2:1,64:0,256:4,>:16],garbage_collection_threshold:0.1,"
         "per_process_memory_fraction:0.3,expandable_segments:true,"
-        "expandable_segments_handle_type:fabric,release_before_peak:true,release_remap:true,free_sync:device,fence_join:false,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
+        "expandable_segments_handle_type:fabric,release_before_peak:true,release_remap:true,free_sync:device,fence_join:false,cross_stream_reuse:false,pinned_max_cached_mb:0,stats:/tmp/s-%p.json,"
         "snapshot:/tmp/a:b.pickle,snapshot_signal:SIGUSR2,trace:/tmp/t.json,"
         "trace_max_entries:77,log_level:error,log_file:/tmp/l.log");
     const std::string text = c.to_string();

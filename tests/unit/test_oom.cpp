@@ -39,7 +39,9 @@ TEST_CASE("device OOM: a cached fit needs no device call; otherwise flush and re
 }
 
 TEST_CASE("device OOM: the single released segment is the smallest big enough") {
-  AllocFixture f;
+  Config cfg;
+  cfg.cross_stream_reuse = CrossStream::off;  // else stream 0x77 takes b, ordered (test_cross_stream.cpp)
+  AllocFixture f(cfg);
   const DevicePtr a = f.malloc(40 * MiB);
   const DevicePtr b = f.malloc(60 * MiB);
   const DevicePtr c = f.malloc(24 * MiB);
@@ -47,7 +49,7 @@ TEST_CASE("device OOM: the single released segment is the smallest big enough") 
   f.free(b);
   f.free(c);
   f.backend.fail_next_allocs(1);
-  f.malloc(50 * MiB, 0x77);  // other stream: cached blocks do not fit it; 60 MiB released
+  f.malloc(50 * MiB, 0x77);  // other stream: cached blocks do not serve it; 60 MiB released
   CHECK(f.stats().num_alloc_retries == 1);
   CHECK_FALSE(f.backend.has_segment(b));
   CHECK(f.backend.has_segment(a));
@@ -102,6 +104,7 @@ TEST_CASE("per_process_memory_fraction caps reserved memory even when the device
 TEST_CASE("garbage collection releases the segments idle longest past the threshold") {
   Config cfg;
   cfg.garbage_collection_threshold = 0.5;  // of 200 MiB: collect above 100 MiB reserved
+  cfg.cross_stream_reuse = CrossStream::off;  // one stream per segment: none takes another's (test_cross_stream.cpp)
   AllocFixture f(cfg, 200 * MiB);
   const DevicePtr old_block = f.malloc(30 * MiB, 0x1);
   f.free(old_block);

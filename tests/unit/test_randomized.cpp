@@ -141,7 +141,7 @@ int steps_from_env(int fallback) {
 }  // namespace
 
 TEST_CASE("randomized: default configuration, roomy device") {
-  std::int64_t fences = 0, queries = 0, fence_events = 0, deferred = 0;
+  std::int64_t fences = 0, queries = 0, fence_events = 0, deferred = 0, cross = 0;
   std::size_t waited = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     const Outcome o = run_random(seed, steps_from_env(1500), Config{}, 4 * GiB);
@@ -149,8 +149,10 @@ TEST_CASE("randomized: default configuration, roomy device") {
     queries += o.stats.num_fence_stream_queries;
     fence_events += o.stats.num_fence_events;
     deferred += o.stats.num_deferred_frees;
+    cross += o.stats.num_cross_stream_reuses;
     waited += o.waited_reuses;
   }
+  CHECK(cross > 0);  // whole segments moved between streams, each checked by the oracle
   // Fences were recorded, over idle and busy non-blocking streams, and
   // addresses came back after waits for events or fences.
   CHECK(fences > 0);
@@ -222,6 +224,23 @@ TEST_CASE("randomized: expandable segments with a fraction and max_split_size") 
   cfg.per_process_memory_fraction = 0.8;
   cfg.max_split_size = 40 * MiB;
   for (std::uint64_t seed = 40; seed <= 43; ++seed) run_random(seed, steps_from_env(1500), cfg, 512 * MiB);
+}
+
+// Cross-stream reuse lending blocks of segments their streams still use
+// (and of expandable reservations): the oracle accepts a block on another
+// stream only once that stream waited for an event recorded on the block's
+// stream after the free, or the free's events completed.
+TEST_CASE("randomized: cross_stream_reuse:blocks, classic and expandable, roomy and tight") {
+  std::int64_t cross = 0;
+  for (bool expandable : {false, true}) {
+    Config cfg;
+    cfg.cross_stream_reuse = CrossStream::blocks;
+    cfg.expandable_segments = expandable;
+    for (std::uint64_t seed = 60; seed <= 63; ++seed)
+      cross += run_random(seed, steps_from_env(1500), cfg, seed % 2 ? 256 * MiB : 4 * GiB, seed % 2 == 0)
+                   .stats.num_cross_stream_reuses;
+  }
+  CHECK(cross > 0);
 }
 
 TEST_CASE("randomized: release_remap, expandable segments on a tight device, joins allowed") {

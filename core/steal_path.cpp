@@ -1,0 +1,176 @@
+// steal_path.cpp — cross-stream reuse: a miss takes a block another stream
+// freed, ordered on the device, instead of growing the cache (issue 36).
+//
+// Blocks are cached per stream: a block freed on stream A is reusable at
+// once on A, which runs later work after the program's last use.  Without
+// more, a request on stream B that A's free blocks could serve grew the
+// cache: a server of 16 threads, each allocating and freeing on its own
+// stream, held 8.2x what CUDA's stream-ordered pool holds on an H200.
+// That pool reuses across streams by making the requesting stream wait for
+// an event recorded at the free (cudaMemPoolReuseFollowEventDependencies).
+//
+// Here, when a request finds nothing on its own stream, after what the
+// stream's own waiting frees can give (events, fences, joins) and before
+// the cache grows, it takes another stream's free memory (with
+// take_free_block's max_split_size rules), after
+// order_streams(B, A, e): an event recorded behind all work enqueued on A
+// so far, and all work enqueued on B from now on made to wait for it, on
+// the device: no host wait.  Two driver calls per steal, none anywhere
+// else: the event is recorded at the steal, not at every free, so the
+// cached pair's path is untouched (bench/callgrind-pair.sh).
+//
+// Why it is safe.  A free block in A's bins is one that A's own next
+// request may reuse at once: every rule that puts it there (a free on A,
+// the events of the other streams that used it completed, a fence over it
+// completed or joined, the serial rule of shim/stream_order.h) makes it
+// safe in A's order.  B runs its next work after everything enqueued on A
+// before the steal, and so after everything A's own reuse would be ordered
+// after: A's work, and through it whatever A waited for (cuStreamWaitEvent,
+// and for a blocking A the legacy stream).  The event is recorded at the
+// steal, not at the free, so B may also wait for A's work enqueued after
+// the free: a cost in ordering, never an early reuse.  The reuse oracle of
+// the unit tests (reuse_oracle.h) checks exactly this against the fake
+// backend's record of which stream waited for which.
+//
+// What is taken (cross_stream_reuse):
+//  * segments (the default): the smallest whole free segment (its one free
+//    block; plain, untagged) of any other stream that holds the request.
+//    It moves to B: the segment, its block and its bins become B's, so
+//    that B's later frees reuse it at once in B's order, as if B had made
+//    it.  An expandable reservation (one per stream and pool) never moves.
+//  * blocks: that, else the best fit among the other streams' free blocks,
+//    lent: the block stays its segment's (and so A's) and is marked as
+//    used on B (stream_uses, as record_stream marks it), so its free
+//    records an event on B and it returns to A's bins once that event
+//    completes.  Blocks whose uses span several streams thus wait for each
+//    of them, as any record_stream'ed block does.  This reaches memory of
+//    segments A still uses and of expandable reservations, but a lent
+//    block is unusable from its free until the device has run B's work up
+//    to it, and while any block waits for an event every allocation of the
+//    context takes the locked path and queries events.  On a fake server
+//    (tests/unit/test_cross_stream.cpp: 16 streams, 256 B - 32 MiB, 4
+//    seeds) whole segments alone held 2,378 MiB whatever the device did,
+//    lending too 2,162 MiB when events completed every round and 2,766 MiB
+//    when every 16th (the lent blocks waiting), against 1,662 MiB for the
+//    same requests on one stream and 5,848 MiB without cross-stream reuse:
+//    hence segments by default.
+//
+// Never:
+//  * while a graph capture is in flight: the backend refuses (kNotReady).
+//    A record on a capturing stream would join the capture, and a wait on
+//    an event recorded outside it breaks it; the shim refuses during any
+//    capture, as it refuses fences;
+//  * from a stream that is being or was destroyed (StreamBins::retired,
+//    set by retire_stream): no event can be recorded on it, and a stream
+//    created later with the same handle may hold blocks there in its own
+//    order.  The mark ends when that handle's own miss reaches here;
+//  * from or for a stream the backend cannot name (unorderable_: the
+//    shim's pseudo-stream of plain cuMemAlloc blocks, whose requests cannot
+//    wait on one stream); another thread's per-thread stream is covered by
+//    a context-wide event, else one on the legacy stream
+//    (shim/cuda_backend.cpp);
+//  * for a tagged request (a tag's segments are its own), or with
+//    cross_stream_reuse:false.
+#include <algorithm>
+
+#include "caching_allocator.h"
+
+namespace cachalloc {
+
+namespace {
+// Blocks best_fit_elsewhere looks at per stream for a whole segment (the
+// smallest first, from the request's size up): a bound on a miss's work
+// where a stream holds many free fragments.
+constexpr int kWholeSearchVisits = 64;
+}  // namespace
+
+// A block of another stream for `size` bytes (already rounded) on `stream`,
+// out of its bin and ordered after its stream's work, or nullptr.  Each
+// failed attempt costs at most the two calls of order_after; a donor the
+// backend cannot name is passed over for the next best.
+Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId stream) {
+  if (!steals_possible_ || serving_tag_ != kUntagged) return nullptr;
+  // A miss on a handle a destroyed stream had: a live stream has it now.
+  for (BlockPool* p : {&small_pool_, &large_pool_})
+    if (StreamBins* own = p->blocks.find(stream); own != nullptr && own->retired) own->retired = false;
+  if (unorderable(stream)) return nullptr;
+  const bool lend = config_.cross_stream_reuse == CrossStream::blocks;
+  std::vector<StreamId> refused;
+  for (;;) {
+    Block* b = best_fit_elsewhere(pool, size, stream, refused, true);
+    if (b == nullptr && lend) b = best_fit_elsewhere(pool, size, stream, refused, false);
+    if (b == nullptr) return nullptr;
+    bool donor_refused = false;
+    const Status st = order_after(stream, b->stream, &donor_refused);
+    if (st == kSuccess) return take_stolen(pool, b, stream);
+    if (st == kNotSupported) steals_possible_ = false;
+    if (!donor_refused) return nullptr;  // the requester cannot wait now (a capture, an error)
+    refused.push_back(b->stream);
+  }
+}
+
+// The best fit for `size` among the free blocks of every other stream's
+// bins (untagged) that may give one: `whole`, the smallest whole free
+// segment that can move; else the smallest block, and of two that size a
+// whole segment.
+Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
+                                            std::span<const StreamId> refused, bool whole) const {
+  Block* best = nullptr;
+  pool.blocks.for_each_stream([&](const StreamBins* bins) {
+    const StreamId s = bins->stream();
+    if (s == stream || bins->count() == 0 || bins->retired || unorderable(s) ||
+        std::find(refused.begin(), refused.end(), s) != refused.end())
+      return;
+    Block* b = whole ? bins->best_fit_if(size, kWholeSearchVisits,
+                                         [&](const Block* x) {
+                                           return !x->is_split() && !x->segment->expandable &&
+                                                  split_rules_allow(x, size);
+                                         })
+                     : bins->best_fit(size);
+    if (b == nullptr || !split_rules_allow(b, size)) return;
+    if (best == nullptr || b->size < best->size || (b->size == best->size && best->is_split() && !b->is_split()))
+      best = b;
+  });
+  return best;
+}
+
+// Orders all work enqueued on `waiter` from now on after all work enqueued
+// on `donor` so far: one pooled event, recorded there and waited for here
+// (recycled at once: the wait holds the record it saw).  *donor_refused:
+// the backend cannot name `donor`.
+Status CachingAllocator::order_after(StreamId waiter, StreamId donor, bool* donor_refused) {
+  Status st = kSuccess;
+  const EventId event = acquire_event(&st);
+  if (st != kSuccess) return st;
+  StreamId unnamed = 0;
+  st = backend_->order_streams(waiter, donor, event, &unnamed);
+  if (st == kInvalidValue) {
+    *donor_refused = unnamed == donor;
+    unorderable_.push_back(unnamed);
+  }
+  recycle_event(event);
+  return st;
+}
+
+// The stolen block out of its bin: a whole segment moves to `stream`, any
+// other block is lent (see the top of this file).
+Block* CachingAllocator::take_stolen(BlockPool& pool, Block* block, StreamId stream) {
+  if (gc_on_) ++pool.lookups;  // take_free_block's count
+  pool.blocks.erase(block);
+  ++stats_.num_cross_stream_reuses;
+  Segment* seg = block->segment;
+  if (!block->is_split() && !seg->expandable && seg->tag == kUntagged) {
+    seg->stream = stream;
+    seg->bins = pool.blocks.bins_for(stream);
+    block->stream = stream;
+  } else {
+    block->stream_uses.push_back(stream);
+  }
+  return block;
+}
+
+bool CachingAllocator::unorderable(StreamId stream) const {
+  return !unorderable_.empty() && std::find(unorderable_.begin(), unorderable_.end(), stream) != unorderable_.end();
+}
+
+}  // namespace cachalloc
