@@ -88,6 +88,11 @@ class DeviceBackend {
   virtual Status copy_to_host_async(void* dst, DevicePtr src, std::size_t size);
   virtual Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t size);
   virtual Status copy_synchronize();
+  // Pageable host memory for BackupMode::pageable backups (backup_memory.cpp:
+  // anonymous mmap, so the defaults serve every backend; the fake overrides
+  // them to count and fail on cue).  pageable_free takes the size given.
+  virtual Status pageable_alloc(std::size_t size, void** out);
+  virtual void pageable_free(void* ptr, std::size_t size);
 
   // Disk backups of paused tags (backup_file.cpp; plain POSIX calls, so the
   // defaults serve every backend; the fake overrides them to fail on cue).

@@ -107,11 +107,20 @@ class CachingAllocator {
   Status pause(TagId tag, bool* no_op = nullptr);
   Status resume(TagId tag, bool* no_op = nullptr);
   // Where the tag's live blocks go at its pauses: nowhere, pinned host
-  // memory, or a file in config().pause_backup_dir (through two pinned
-  // staging buffers of config().pause_backup_chunk bytes).  The bool form:
-  // host or none.
+  // memory, pageable host memory, or a file in config().pause_backup_dir
+  // (through two pinned staging buffers of config().pause_backup_chunk
+  // bytes).  The bool form: host or none.
   void set_tag_backup(TagId tag, BackupMode mode);
   void set_tag_backup(TagId tag, bool backup) { set_tag_backup(tag, backup ? BackupMode::host : BackupMode::none); }
+  // Whether a host backup outlives the tag's resume (TagState::retain):
+  // false (the default) gives its memory back at the resume.
+  void set_tag_retain_backup(TagId tag, bool retain);
+  // *host = where the host backup holds the bytes [ptr, ptr+size) of a live
+  // block now (paused with a host backup, or retained after the resume), or
+  // nullptr when no host backup holds them (untagged, no backup, a disk
+  // backup, running and not retained).  kNotOwned outside every segment;
+  // kInvalidValue when the range is not inside one live block.
+  Status backup_pointer(DevicePtr ptr, std::size_t size, void** host) const;
   bool tag_paused(TagId tag) const;
   // Why the tag's last pause or resume failed, in words, when a status code
   // says too little (a backup file: path and errno text); "" otherwise.
@@ -380,12 +389,15 @@ class CachingAllocator {
   void forget_free_pages_of(TagId tag);
   Status take_backup(TagId tag, TagState& ts);
   Status restore_backup(TagState& ts);
-  Status write_host_backup(TagState& ts, std::size_t total);
+  Status write_host_backup(TagState& ts, std::size_t total, BackupMode kind);
   Status read_host_backup(TagState& ts);
   Status write_disk_backup(TagState& ts, std::size_t total);
   Status read_disk_backup(TagState& ts);
   Status ensure_staging(std::size_t total, TagState& ts);
   void drop_backup(TagState& ts);
+  void release_host_buffer(TagState& ts);
+  void settle_backup_after_resume(TagState& ts);
+  void drop_unused_retained();
   void free_backup_storage(TagState& ts);
   void release_orphans();
   bool tag_exported(TagId tag);

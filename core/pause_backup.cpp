@@ -3,9 +3,15 @@
 //
 // The backup lies end to end, block after block (TagState::entries, in
 // offset order), in one of two places:
-//   host  one pinned buffer per tag, filled by copies on the backend's copy
-//         stream in 64 MiB pieces and waited for once; kept for the next
-//         pause (a pinned allocation costs ~0.8 ms per MiB on an H100);
+//   host  one buffer per tag, pinned (host) or pageable (an anonymous
+//         mapping: no pinning cost, reclaimable, copies staged by the
+//         driver), filled by copies on the backend's copy stream in 64 MiB
+//         pieces and waited for once.  The resume gives it back, so that
+//         the process's host memory drops (as torch_memory_saver's does),
+//         unless the tag retains it (TagState::retain): then it stays,
+//         answers backup_pointer() with the contents of the pause, and the
+//         next pause refills it in place (no new pinned allocation, ~0.8 ms
+//         per MiB on an H100);
 //   disk  a file without a name (backup_file.cpp) in pause_backup_dir, for
 //         tags larger than the host memory to spare.  The bytes go through
 //         two pinned staging halves of at most pause_backup_chunk bytes
@@ -63,16 +69,38 @@ Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
   for_tag_segments(tag, [&](Segment* seg) {
     for (const Block* b = seg->head; b != nullptr; b = b->next)
       if (b->allocated) {
-        ts.entries.push_back({b->ptr, b->size, total});
+        ts.entries.push_back({b->ptr, b->size, total, b->id});
         total += b->size;
       }
   });
   const BackupMode where = ts.backup;
-  const Status st = where == BackupMode::disk ? write_disk_backup(ts, total) : write_host_backup(ts, total);
+  const Status st = where == BackupMode::disk ? write_disk_backup(ts, total) : write_host_backup(ts, total, where);
   if (st != kSuccess) return st;
   ts.backup_valid = true;
   ts.location = where;
   ts.backup_bytes = total;
+  return kSuccess;
+}
+
+Status CachingAllocator::backup_pointer(DevicePtr ptr, std::size_t size, void** host) const {
+  std::lock_guard lock(mutex_);
+  *host = nullptr;
+  auto it = segments_.upper_bound(ptr);
+  if (it == segments_.begin()) return kNotOwned;
+  const Segment* seg = (--it)->second;
+  if (ptr >= seg->base + seg->size) return kNotOwned;
+  const Block* b = seg->head;
+  while (b != nullptr && ptr >= b->ptr + b->size) b = b->next;
+  if (b == nullptr || !b->allocated || ptr + size > b->ptr + b->size) return kInvalidValue;
+  auto ts = tags_.find(seg->tag);
+  if (ts == tags_.end()) return kSuccess;  // (untagged too: never in tags_)
+  const TagState& t = ts->second;
+  if (!t.retained && !(t.backup_valid && in_host_memory(t.location))) return kSuccess;
+  for (const BackupEntry& e : t.entries)
+    if (e.ptr == b->ptr && e.id == b->id) {
+      *host = static_cast<unsigned char*>(t.host) + e.offset + (ptr - e.ptr);
+      break;
+    }
   return kSuccess;
 }
 
@@ -81,33 +109,67 @@ Status CachingAllocator::restore_backup(TagState& ts) {
 }
 
 // The backup is no longer needed (restored, or its pause undone): a file
-// goes at once, with its disk space; a host buffer stays for the next pause.
+// goes at once, with its disk space; the host buffer is the caller's
+// (release_host_buffer, settle_backup_after_resume).
 void CachingAllocator::drop_backup(TagState& ts) {
   if (ts.file >= 0) backend_->file_close(ts.file);
   ts.file = -1;
   ts.backup_valid = false;
   ts.location = BackupMode::none;
   ts.backup_bytes = 0;
+  ts.retained = false;
+}
+
+// The tag's host buffer goes back (munmap'ed or unpinned and freed).
+void CachingAllocator::release_host_buffer(TagState& ts) {
+  if (ts.host != nullptr) {
+    if (ts.host_kind == BackupMode::pageable) backend_->pageable_free(ts.host, ts.host_capacity);
+    else backend_->host_free(ts.host);
+  }
+  ts.host = nullptr;
+  ts.host_capacity = 0;
+  ts.retained = false;
+}
+
+// After a successful restore: a host backup the tag retains stays, with its
+// entries, as the contents of the pause; any other goes.
+void CachingAllocator::settle_backup_after_resume(TagState& ts) {
+  const bool keep = ts.retain && in_host_memory(ts.location) && ts.host != nullptr;
+  drop_backup(ts);
+  if (keep) ts.retained = true;
+  else release_host_buffer(ts);
+}
+
+// Retained backups of which no block is live any more (all freed) go back:
+// nobody can ask for them (empty_cache).
+void CachingAllocator::drop_unused_retained() {
+  for (auto& [tag, ts] : tags_) {
+    if (!ts.retained) continue;
+    bool used = false;
+    for (const BackupEntry& e : ts.entries) {
+      const Block* b = find_live(e.ptr);
+      used = used || (b != nullptr && b->allocated && b->id == e.id);
+    }
+    if (!used) release_host_buffer(ts);
+  }
 }
 
 // Everything a tag's backups hold (at destruction).
 void CachingAllocator::free_backup_storage(TagState& ts) {
   drop_backup(ts);
-  if (ts.host != nullptr) backend_->host_free(ts.host);
-  ts.host = nullptr;
-  ts.host_capacity = 0;
+  release_host_buffer(ts);
 }
 
-Status CachingAllocator::write_host_backup(TagState& ts, std::size_t total) {
-  if (total > ts.host_capacity) {
-    if (ts.host != nullptr) backend_->host_free(ts.host);
-    ts.host = nullptr;
-    ts.host_capacity = 0;
+Status CachingAllocator::write_host_backup(TagState& ts, std::size_t total, BackupMode kind) {
+  if (total > ts.host_capacity || (ts.host != nullptr && ts.host_kind != kind)) {
+    release_host_buffer(ts);
     void* host = nullptr;
-    const Status st = backend_->host_alloc(total, &host);
+    const Status st = kind == BackupMode::pageable ? backend_->pageable_alloc(total, &host)
+                                                   : backend_->host_alloc(total, &host);
     if (st != kSuccess) return st;
     ts.host = host;
     ts.host_capacity = total;
+    ts.host_kind = kind;
   }
   auto* base = static_cast<unsigned char*>(ts.host);
   for (const BackupEntry& e : ts.entries)
@@ -163,11 +225,7 @@ Status CachingAllocator::ensure_staging(std::size_t total, TagState& ts) {
 }
 
 Status CachingAllocator::write_disk_backup(TagState& ts, std::size_t total) {
-  if (ts.host != nullptr) {  // the tag moved from host to disk backups: spare that memory
-    backend_->host_free(ts.host);
-    ts.host = nullptr;
-    ts.host_capacity = 0;
-  }
+  release_host_buffer(ts);  // the tag moved from host to disk backups: spare that memory
   if (total == 0) return kSuccess;  // nothing live: no file
   Status st = ensure_staging(total, ts);
   if (st != kSuccess) return st;

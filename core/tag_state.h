@@ -19,6 +19,7 @@ struct TagStats {
   TagId tag = kUntagged;
   bool paused = false;
   bool backup = false;                 // backs up its live blocks at pause (mode != none)
+  bool retain = false;                 // a host backup outlives the resume (TagState::retain)
   BackupMode backup_mode = BackupMode::none;      // where its next pause puts the backup
   BackupMode backup_location = BackupMode::none;  // where the backup held now lives (none: no backup held)
   std::size_t segments = 0;
@@ -26,7 +27,8 @@ struct TagStats {
   std::size_t allocated_bytes = 0;     // live blocks
   std::size_t paused_bytes = 0;        // pages released now
   std::size_t backup_bytes = 0;        // bytes of live blocks backed up now (host memory or file)
-  std::size_t backup_capacity = 0;     // pinned host bytes kept for its host backups
+  std::size_t backup_capacity = 0;     // host bytes (pinned or pageable) of its backup buffer
+  std::size_t retained_bytes = 0;      // of backup_capacity, a backup kept past its resume (retain)
   std::size_t disk_bytes = 0;          // of backup_bytes, those in the backup file
   std::size_t staging_bytes = 0;       // pinned staging buffers of disk backups (per device, shared by its tags)
   std::uint64_t pauses = 0, resumes = 0;
@@ -35,21 +37,32 @@ struct TagStats {
 };
 
 // One block's copy in the tag's backup: at `offset` of the host buffer or
-// of the file.  Entries lie end to end in offset order.
+// of the file.  Entries lie end to end in offset order.  `id` is the
+// block's allocation serial (Block::id): a retained backup answers a lookup
+// (backup_pointer) only for the very allocation it copied, never for a
+// later one at the same address.
 struct BackupEntry {
   DevicePtr ptr;
   std::size_t size;
   std::size_t offset;
+  std::uint64_t id = 0;
 };
 
 struct TagState {
   bool paused = false;
   BackupMode backup = BackupMode::none;  // asked for: where the next pause puts it
-  // The pinned buffer is kept between pauses (a pinned allocation costs
-  // ~0.8 ms per MiB on an H100: anchors note); backup_valid while it (or
-  // the file) holds the live blocks of the current pause, at `location`.
+  // The host buffer (pinned, or pageable: host_kind) of host backups;
+  // backup_valid while it (or the file) holds the live blocks of the
+  // current pause, at `location`.  A resume gives it back (the process's
+  // host memory drops, as torch_memory_saver's does) unless `retain`: then
+  // it stays, `retained`, holding the contents as of the pause, for
+  // backup_pointer() and for the next pause to refill at the same address
+  // (no new pinned allocation, ~0.8 ms per MiB on an H100).
   void* host = nullptr;
   std::size_t host_capacity = 0;
+  BackupMode host_kind = BackupMode::host;
+  bool retain = false;
+  bool retained = false;
   // The backup file of a disk backup: open from the pause until the resume
   // that restored it (its space then goes back), -1 when none.  It has no
   // name (backup_file.cpp): nothing outlives the process.

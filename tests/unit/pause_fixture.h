@@ -173,6 +173,7 @@ inline bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = Backup
   CHECK(f.backend.open_files() == 0);  // a disk backup's file went at the resume
   f.alloc.reset();
   CHECK(f.backend.live_host() == 0);
+  CHECK(f.backend.live_pageable() == 0);
   CHECK(dir.entries() == 0);
   return fired;
 }
