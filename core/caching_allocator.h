@@ -112,6 +112,11 @@ class CachingAllocator {
   // bytes).  The bool form: host or none.
   void set_tag_backup(TagId tag, BackupMode mode);
   void set_tag_backup(TagId tag, bool backup) { set_tag_backup(tag, backup ? BackupMode::host : BackupMode::none); }
+  // Where the files of disk backups go from the next pause on: `dir` ("" =
+  // config().pause_backup_dir), and whether they have names there (named:
+  // visible to ls and du while the tag is paused, left behind if the process
+  // is killed; else nameless, docs/PAUSE.md).
+  void set_backup_files(std::string dir, bool named);
   // Whether a host backup outlives the tag's resume (TagState::retain):
   // false (the default) gives its memory back at the resume.
   void set_tag_retain_backup(TagId tag, bool retain);
@@ -391,7 +396,10 @@ class CachingAllocator {
   Status restore_backup(TagState& ts);
   Status write_host_backup(TagState& ts, std::size_t total, BackupMode kind);
   Status read_host_backup(TagState& ts);
-  Status write_disk_backup(TagState& ts, std::size_t total);
+  Status write_disk_backup(TagState& ts, const std::vector<std::size_t>& segment_bytes, std::size_t total);
+  Status create_backup_files(TagState& ts, const std::vector<std::size_t>& segment_bytes);
+  void close_backup_files(TagState& ts);
+  std::string backup_dir() const;
   Status read_disk_backup(TagState& ts);
   Status ensure_staging(std::size_t total, TagState& ts);
   void drop_backup(TagState& ts);
@@ -621,6 +629,10 @@ class CachingAllocator {
   // the file; kept for the next pause (pinned allocations are slow).
   void* staging_ = nullptr;
   std::size_t staging_half_ = 0;
+  // Where disk backups go, set at run time (set_backup_files; "" = the
+  // configuration's), and whether their files have names.
+  std::string backup_dir_;
+  bool backup_files_named_ = false;
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;

@@ -304,6 +304,7 @@ std::vector<TagStats> CachingAllocator::tag_stats() const {
     s.retain = ts.retain;
     if (ts.retained && !ts.entries.empty()) s.retained_bytes = ts.entries.back().offset + ts.entries.back().size;
     s.disk_bytes = s.backup_location == BackupMode::disk ? s.backup_bytes : 0;
+    s.disk_files = ts.files.size();
     if (ts.backup == BackupMode::disk || s.backup_location == BackupMode::disk) s.staging_bytes = 2 * staging_half_;
     s.pauses = ts.pauses;
     s.resumes = ts.resumes;

@@ -29,7 +29,8 @@ struct TagStats {
   std::size_t backup_bytes = 0;        // bytes of live blocks backed up now (host memory or file)
   std::size_t backup_capacity = 0;     // host bytes (pinned or pageable) of its backup buffer
   std::size_t retained_bytes = 0;      // of backup_capacity, a backup kept past its resume (retain)
-  std::size_t disk_bytes = 0;          // of backup_bytes, those in the backup file
+  std::size_t disk_bytes = 0;          // of backup_bytes, those in the backup files
+  std::size_t disk_files = 0;          // files of the disk backup held now
   std::size_t staging_bytes = 0;       // pinned staging buffers of disk backups (per device, shared by its tags)
   std::uint64_t pauses = 0, resumes = 0;
   double pause_seconds = 0, resume_seconds = 0;            // totals
@@ -48,6 +49,14 @@ struct BackupEntry {
   std::uint64_t id = 0;
 };
 
+// One file of a disk backup (TagState::files).
+struct BackupFile {
+  int fd = -1;
+  std::size_t start = 0;
+  std::size_t size = 0;
+  std::string path;  // "" for a nameless file
+};
+
 struct TagState {
   bool paused = false;
   BackupMode backup = BackupMode::none;  // asked for: where the next pause puts it
@@ -63,10 +72,12 @@ struct TagState {
   BackupMode host_kind = BackupMode::host;
   bool retain = false;
   bool retained = false;
-  // The backup file of a disk backup: open from the pause until the resume
-  // that restored it (its space then goes back), -1 when none.  It has no
-  // name (backup_file.cpp): nothing outlives the process.
-  int file = -1;
+  // The files of a disk backup, one per segment of the tag holding live
+  // blocks, covering the backup's bytes [start, start+size) in order: open
+  // from the pause until the resume that restored it (their space then goes
+  // back), none otherwise.  Nameless by default (backup_file.cpp: nothing
+  // outlives the process); `path` is the name of a named one.
+  std::vector<BackupFile> files;
   bool backup_valid = false;
   BackupMode location = BackupMode::none;
   std::vector<BackupEntry> entries;

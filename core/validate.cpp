@@ -313,7 +313,7 @@ void CachingAllocator::validate() const {
   // disk backup with bytes in it (pause_backup.cpp).
   for (const auto& [tag, ts] : tags_) {
     check(!ts.backup_valid || ts.paused, "backup held by a running tag", tag);
-    check((ts.file >= 0) == (ts.backup_valid && ts.location == BackupMode::disk && ts.backup_bytes != 0),
+    check(!ts.files.empty() == (ts.backup_valid && ts.location == BackupMode::disk && ts.backup_bytes != 0),
           "backup file disagrees with the tag's backup", tag);
     check(ts.backup_valid || ts.location == BackupMode::none, "backup location without a backup", tag);
     check(!ts.retained || (!ts.paused && !ts.backup_valid && ts.host != nullptr), "retained backup out of place", tag);

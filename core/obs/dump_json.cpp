@@ -108,6 +108,7 @@ void tags_object(JsonWriter& w, const DeviceReport& d) {
     w.field("retain_backup", s.retain);
     w.field("backup_retained_bytes", static_cast<std::uint64_t>(s.retained_bytes));
     w.field("backup_disk_bytes", static_cast<std::uint64_t>(s.disk_bytes));
+    w.field("backup_disk_files", static_cast<std::uint64_t>(s.disk_files));
     w.field("backup_staging_bytes", static_cast<std::uint64_t>(s.staging_bytes));
     w.field("num_pauses", s.pauses);
     w.field("num_resumes", s.resumes);

@@ -475,9 +475,9 @@ class FakeBackend final : public DeviceBackend {
   // cue: each is in fail_call_at()'s count, and fail_file_write(n) /
   // fail_file_read(n) fail the n-th (0-based) write / read from now once,
   // as a full disk (ENOSPC) or an I/O error (EIO) would.
-  Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why) override {
+  Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why, std::string* name) override {
     if (fault()) return injected(why, "create: No space left on device (injected)");
-    const Status st = DeviceBackend::file_create(dir, size, fd, why);
+    const Status st = DeviceBackend::file_create(dir, size, fd, why, name);
     if (st == kSuccess) {
       ++files_created;
       open_files_.insert(*fd);
