@@ -261,6 +261,15 @@ class CachingAllocator {
   // Completes pending events by waiting, then returns every whole free
   // segment to the device.
   void empty_cache();
+  // empty_cache() for one tag: the tag's cached free memory (whole free
+  // pages of its segments) goes back to the device, and its reservations
+  // with nothing mapped; other tags and untagged memory keep their cache.
+  // Nothing for a paused tag (its free pages went at the pause).
+  void empty_tag_cache(TagId tag);
+  // A tagged allocation that must map new device memory fails with
+  // kOutOfMemory when the device would be left with less than `bytes` free
+  // (torch_memory_saver's memory_margin_bytes); 0 (the default): no margin.
+  void set_tag_memory_margin(std::size_t bytes);
 
   // Returns to the pools what completed events and fences allow, putting
   // waiting deferred frees behind a fence first (driver calls; for
@@ -459,7 +468,8 @@ class CachingAllocator {
   static std::size_t pick_free_run(const std::vector<std::pair<std::size_t, Block*>>& runs, std::size_t excess,
                                    std::size_t limit);
   void add_free_remnant(Block* b);
-  void unmap_all_free_pages();
+  void unmap_all_free_pages(const TagId* only = nullptr);
+  bool within_tag_margin(std::size_t bytes);
   std::size_t mapped_bytes(const Segment* seg) const;
   std::size_t unmappable_bytes(const Segment* seg) const;
   std::size_t absorb(Block* dst, Block* src);
@@ -633,6 +643,7 @@ class CachingAllocator {
   // configuration's), and whether their files have names.
   std::string backup_dir_;
   bool backup_files_named_ = false;
+  std::size_t tag_memory_margin_ = 0;  // set_tag_memory_margin
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;
