@@ -109,7 +109,6 @@ void CachingAllocator::empty_cache() {
   settle_held();  // the held block's segment may be whole once merged
   synchronize_events();
   release_all_cached();
-  drop_unused_retained();  // retained backups of blocks all freed since (pause_backup.cpp)
   notify(TraceKind::empty_cache, 0, 0, 0);
 }
 

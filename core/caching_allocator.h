@@ -414,7 +414,7 @@ class CachingAllocator {
   void drop_backup(TagState& ts);
   void release_host_buffer(TagState& ts);
   void settle_backup_after_resume(TagState& ts);
-  void drop_unused_retained();
+  void note_tagged_free(const Block* b);
   void free_backup_storage(TagState& ts);
   void release_orphans();
   bool tag_exported(TagId tag);

@@ -53,6 +53,7 @@ Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
   ts.backup_valid = true;
   ts.location = where;
   ts.backup_bytes = total;
+  for (const BackupEntry& e : ts.entries) ts.backup_blocks.emplace(e.ptr, e.id);
   return kSuccess;
 }
 
@@ -91,6 +92,7 @@ void CachingAllocator::drop_backup(TagState& ts) {
   ts.location = BackupMode::none;
   ts.backup_bytes = 0;
   ts.retained = false;
+  ts.backup_blocks.clear();
 }
 
 // The tag's host buffer goes back (munmap'ed or unpinned and freed).
@@ -101,6 +103,7 @@ void CachingAllocator::release_host_buffer(TagState& ts) {
   }
   ts.host = nullptr;
   ts.host_capacity = 0;
+  if (ts.retained) ts.backup_blocks.clear();
   ts.retained = false;
 }
 
@@ -108,23 +111,28 @@ void CachingAllocator::release_host_buffer(TagState& ts) {
 // entries, as the contents of the pause; any other goes.
 void CachingAllocator::settle_backup_after_resume(TagState& ts) {
   const bool keep = ts.retain && in_host_memory(ts.location) && ts.host != nullptr;
+  auto blocks = std::move(ts.backup_blocks);
   drop_backup(ts);
-  if (keep) ts.retained = true;
-  else release_host_buffer(ts);
+  if (!keep) {
+    release_host_buffer(ts);
+    return;
+  }
+  ts.retained = true;
+  ts.backup_blocks = std::move(blocks);
 }
 
-// Retained backups of which no block is live any more (all freed) go back:
-// nobody can ask for them (empty_cache).
-void CachingAllocator::drop_unused_retained() {
-  for (auto& [tag, ts] : tags_) {
-    if (!ts.retained) continue;
-    bool used = false;
-    for (const BackupEntry& e : ts.entries) {
-      const Block* b = find_live(e.ptr);
-      used = used || (b != nullptr && b->allocated && b->id == e.id);
-    }
-    if (!used) release_host_buffer(ts);
-  }
+// A block of tagged segment was freed: if it was the last live block a held
+// backup copied, the backup goes, with its memory (host buffer, files).
+void CachingAllocator::note_tagged_free(const Block* b) {
+  auto it = tags_.find(b->segment->tag);
+  if (it == tags_.end() || it->second.backup_blocks.empty()) return;
+  TagState& ts = it->second;
+  auto e = ts.backup_blocks.find(b->ptr);
+  if (e == ts.backup_blocks.end() || e->second != b->id) return;
+  ts.backup_blocks.erase(e);
+  if (!ts.backup_blocks.empty()) return;
+  drop_backup(ts);
+  release_host_buffer(ts);
 }
 
 // Everything a tag's backups hold (at destruction).

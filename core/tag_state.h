@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "types.h"
@@ -72,6 +73,11 @@ struct TagState {
   BackupMode host_kind = BackupMode::host;
   bool retain = false;
   bool retained = false;
+  // The live blocks a held backup copied (paused with one, or retained):
+  // address -> allocation serial.  Freeing the last of them drops the
+  // backup and gives its memory back (torch_memory_saver frees an
+  // allocation's backup with it): nobody can restore or ask for it.
+  std::unordered_map<DevicePtr, std::uint64_t> backup_blocks;
   // The files of a disk backup, one per segment of the tag holding live
   // blocks, covering the backup's bytes [start, start+size) in order: open
   // from the pause until the resume that restored it (their space then goes

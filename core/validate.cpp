@@ -317,6 +317,12 @@ void CachingAllocator::validate() const {
           "backup file disagrees with the tag's backup", tag);
     check(ts.backup_valid || ts.location == BackupMode::none, "backup location without a backup", tag);
     check(!ts.retained || (!ts.paused && !ts.backup_valid && ts.host != nullptr), "retained backup out of place", tag);
+    check(ts.backup_blocks.empty() || ts.backup_valid || ts.retained, "backup blocks without a backup", tag);
+    for (const auto& [ptr, id] : ts.backup_blocks) {
+      const Block* b = find_live(ptr);
+      check(b != nullptr && b->allocated && b->id == id && b->segment->tag == tag, "a backup names a block not live",
+            ptr);
+    }
   }
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);

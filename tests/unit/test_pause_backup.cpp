@@ -99,24 +99,52 @@ TEST_CASE("retain: the host backup outlives the resume, at the same address, ref
   for (DevicePtr p : {a, b}) f.free(p);
 }
 
-TEST_CASE("retain: a retained backup answers only for the allocation it copied; empty_cache gives back one nobody uses") {
+TEST_CASE("retain: a retained backup answers only for the allocations it copied, and goes with the last of them") {
   PauseFixture f;
   f.alloc->set_tag_backup(kWeights, BackupMode::pageable);
   f.alloc->set_tag_retain_backup(kWeights, true);
   const DevicePtr a = f.tmalloc(4 * MiB, kWeights);
+  const DevicePtr b = f.tmalloc(4 * MiB, kWeights);
   f.fill(a, 4 * MiB, 4);
   REQUIRE(f.pause(kWeights) == kSuccess);
   REQUIRE(f.resume(kWeights) == kSuccess);
   REQUIRE(backup_of(f, a, 4 * MiB) != nullptr);
   f.free(a);
-  const DevicePtr again = f.tmalloc(4 * MiB, kWeights);  // the same address, another allocation
+  CHECK(f.backend.live_pageable() == 1);  // b still has its copy
+  CHECK(backup_of(f, b, 16) != nullptr);
+  const DevicePtr again = f.tmalloc(4 * MiB, kWeights);  // a's address, another allocation
   REQUIRE(again == a);
   CHECK(backup_of(f, again, 16) == nullptr);
-  CHECK(f.backend.live_pageable() == 1);
-  f.empty_cache();  // the block it copied is gone: so does the buffer
+  f.free(b);  // the last block it copied: the buffer goes (unmapped)
   CHECK(f.backend.live_pageable() == 0);
   CHECK(f.tag(kWeights).backup_capacity == 0);
+  CHECK(f.tag(kWeights).retained_bytes == 0);
   f.free(again);
+}
+
+TEST_CASE("pause: freeing every backed-up block of a paused tag gives its backup back at once") {
+  for (BackupMode mode : {BackupMode::host, BackupMode::disk}) {
+    TempDir dir;
+    Config c;
+    c.pause_backup_dir = dir.path;
+    PauseFixture f(c);
+    f.alloc->set_tag_backup(kWeights, mode);
+    const DevicePtr a = f.tmalloc(6 * MiB, kWeights);
+    const DevicePtr b = f.tmalloc(3000, kWeights);
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    f.free(a);
+    f.alloc->validate();
+    CHECK(f.tag(kWeights).backup_bytes > 0);  // b's copy is still needed
+    f.free(b);
+    f.alloc->validate();
+    CHECK(f.tag(kWeights).backup_bytes == 0);
+    CHECK(f.backend.live_host() == (mode == BackupMode::disk ? 1 : 0));  // (the disk staging stays)
+    CHECK(f.backend.open_files() == 0);
+    CHECK(f.alloc->tag_paused(kWeights));
+    REQUIRE(f.resume(kWeights) == kSuccess);  // nothing to restore, nothing mapped
+    const DevicePtr again = f.tmalloc(6 * MiB, kWeights);
+    f.free(again);
+  }
 }
 
 TEST_CASE("retain: a pause without a backup drops the retained one") {
