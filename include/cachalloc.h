@@ -267,7 +267,14 @@ int cachalloc_tag_paused(const char* tag);
 int cachalloc_set_tag_with_backup(const char* tag, int backup);
 /* The calling thread's tag ("" untagged) as cachalloc_get_tag, and in
  * *backup its allocations' backup mode (CACHALLOC_BACKUP_TAG when the tag's
- * own).  CACHALLOC_ERROR_INVALID_VALUE: buf or backup NULL, buf too small. */
+ * own), or CACHALLOC_TAG_PROCESS when the thread has set no tag (the
+ * process's, CACHALLOC_CONF tag:, applies; buf names it).  What it answers
+ * given back to cachalloc_set_tag_with_backup restores the thread's state
+ * exactly: CACHALLOC_TAG_PROCESS there drops the thread's own tag (the name
+ * is then ignored), so that the process's applies again, also once the
+ * configuration is read (cachalloc_set_tag(NULL) would make it untagged).
+ * CACHALLOC_ERROR_INVALID_VALUE: buf or backup NULL, buf too small. */
+#define CACHALLOC_TAG_PROCESS (-2)
 int cachalloc_get_tag_with_backup(char* buf, size_t len, int* backup);
 
 /* Whether a host backup (HOST, PAGEABLE) of `tag` outlives its resume

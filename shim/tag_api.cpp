@@ -98,8 +98,12 @@ CACHALLOC_EXPORT int cachalloc_set_tag_with_backup(const char* tag, int backup) 
   return guarded([&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
-    if (id == kBadTag || backup < CACHALLOC_BACKUP_TAG || backup > CACHALLOC_BACKUP_PAGEABLE)
+    if (id == kBadTag || backup < CACHALLOC_TAG_PROCESS || backup > CACHALLOC_BACKUP_PAGEABLE)
       return CACHALLOC_ERROR_INVALID_VALUE;
+    if (backup == CACHALLOC_TAG_PROCESS) {  // (a saved state restored: the name does not matter)
+      clear_thread_tag();
+      return CACHALLOC_SUCCESS;
+    }
     if (id == kUntagged && backup != CACHALLOC_BACKUP_TAG) return CACHALLOC_ERROR_INVALID_VALUE;
     set_thread_tag(backup == CACHALLOC_BACKUP_TAG ? id : tag_variant(id, static_cast<BackupMode>(backup)));
     return CACHALLOC_SUCCESS;
@@ -114,7 +118,7 @@ CACHALLOC_EXPORT int cachalloc_get_tag_with_backup(char* buf, size_t len, int* b
     BackupMode fixed = BackupMode::none;
     bool is_variant = false;
     tag_base(id, &fixed, &is_variant);
-    *backup = is_variant ? static_cast<int>(fixed) : CACHALLOC_BACKUP_TAG;
+    *backup = !thread_has_tag() ? CACHALLOC_TAG_PROCESS : is_variant ? static_cast<int>(fixed) : CACHALLOC_BACKUP_TAG;
     const std::string name = tag_name(id);
     const std::size_t n = std::min(len - 1, name.size());
     std::memcpy(buf, name.data(), n);

@@ -66,6 +66,10 @@ std::vector<TagId> all_tags();
 std::vector<TagId> tag_and_variants(TagId base);
 // Sets the calling thread's tag (kUntagged: untagged).
 void set_thread_tag(TagId id);
+// The calling thread's own tag goes: the process's applies again.  And
+// whether the thread has one of its own (set_thread_tag since).
+inline void clear_thread_tag() { detail::t_tag = 0; }
+inline bool thread_has_tag() { return detail::t_tag != 0; }
 // Where `id` is backed up at its pauses (set per named tag, last call
 // wins; a variant's is fixed and set_tag_backup leaves it alone).
 void set_tag_backup(TagId id, BackupMode backup);

@@ -133,8 +133,12 @@ static int variants(void) {
   CHECK_RC(p_cachalloc_get_tag_with_backup(name, sizeof name, &mode), 0);
   CHECK(strcmp(name, "weights") == 0 && mode == CACHALLOC_BACKUP_TAG);
   CHECK_CU(cuMemAlloc_v2(&w, 8 * MiB));
+  CHECK_RC(p_cachalloc_set_tag_with_backup(NULL, CACHALLOC_TAG_PROCESS), 0);  /* no tag of its own */
+  CHECK_RC(p_cachalloc_get_tag_with_backup(name, sizeof name, &mode), 0);
+  CHECK(name[0] == '\0' && mode == CACHALLOC_TAG_PROCESS);
   CHECK_RC(p_cachalloc_set_tag_with_backup(NULL, CACHALLOC_BACKUP_TAG), 0);
   CHECK_RC(p_cachalloc_set_tag_with_backup(NULL, CACHALLOC_BACKUP_HOST), CUDA_ERROR_INVALID_VALUE);
+  CHECK_RC(p_cachalloc_set_tag_with_backup("weights", -3), CUDA_ERROR_INVALID_VALUE);
   CHECK_RC(p_cachalloc_set_tag_with_backup("weights", 4), CUDA_ERROR_INVALID_VALUE);
   CHECK_RC(p_cachalloc_get_tag_with_backup(name, sizeof name, &mode), 0);
   CHECK(name[0] == '\0' && mode == CACHALLOC_BACKUP_TAG);
@@ -314,6 +318,12 @@ static int margin(void) {
 static int tms_env_host(void) {
   CHECK(setup() == 0);
   CHECK(p_cachalloc_get_tag_retain_backup(NULL) == 1);
+  char name[64];
+  int mode = 7;
+  CHECK_RC(p_cachalloc_set_tag("kv"), 0);                    /* a saved state of "no tag of its own" ... */
+  CHECK_RC(p_cachalloc_set_tag_with_backup(NULL, CACHALLOC_TAG_PROCESS), 0);
+  CHECK_RC(p_cachalloc_get_tag_with_backup(name, sizeof name, &mode), 0);
+  CHECK(mode == CACHALLOC_TAG_PROCESS);                      /* ... restored: the process's tag applies */
   CUdeviceptr w = 0;
   CHECK_CU(cuMemAlloc_v2(&w, 4 * MiB));
   fill(w, 4 * MiB, 9);
