@@ -232,10 +232,13 @@ int cachalloc_get_tag(char* buf, size_t len);
 #define CACHALLOC_BACKUP_DISK 2
 #define CACHALLOC_BACKUP_PAGEABLE 3
 int cachalloc_set_tag_backup(const char* tag, int enable);
-/* Pauses `tag` (NULL: every tag) in every device context: synchronizes the
+/* Pauses `tag` and its variants (cachalloc_set_tag_with_backup; NULL: every
+ * tag but those cachalloc_set_tag_in_pause_all left out) in every device
+ * context: synchronizes the
  * device, takes the backup if asked, then unmaps and releases every physical
  * page of the tag's segments, cached free blocks included; the addresses
- * stay reserved.  While paused, an allocation in the tag fails with
+ * stay reserved.  A name's tags are paused one after the other: on an error
+ * those paused stay paused.  While paused, an allocation in the tag fails with
  * CUDA_ERROR_OUT_OF_MEMORY (and a warning naming the tag); freeing its
  * blocks works and touches no memory.  A second pause is a no-op (warning).
  * On error the tag is consistent (see docs/PAUSE.md) and nothing exits.
@@ -244,8 +247,10 @@ int cachalloc_set_tag_backup(const char* tag, int enable);
  *   CACHALLOC_ERROR_OPERATING_SYSTEM           a disk backup's file failed
  *   a driver error of the first context that failed */
 int cachalloc_pause(const char* tag);
-/* Maps new physical pages at every paused address of `tag` (NULL: every
- * tag) and restores the backup.  A second resume is a no-op (warning).
+/* Maps new physical pages at every paused address of `tag` (NULL: as
+ * cachalloc_pause) and restores the backup; a host backup's memory is then
+ * given back unless the tag retains it (cachalloc_set_tag_retain_backup),
+ * disk backup files removed.  A second resume is a no-op (warning).
  *   CACHALLOC_ERROR_OUT_OF_MEMORY  the device has not enough free memory:
  *                                  the tag stays paused, resumable later
  *   CACHALLOC_ERROR_OPERATING_SYSTEM reading a disk backup failed: the tag
