@@ -32,7 +32,7 @@ import threading
 from . import memory_saver as _ms
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess", "get_binary_path_from_package",
-           "is_xpu"]
+           "is_xpu", "alias_submodules"]
 
 _TAG_DEFAULT = "default"
 # The tag of disable() blocks: never paused by pause() without a tag, its
@@ -404,6 +404,25 @@ class TorchMemorySaver:
         raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(host), dtype=torch.uint8)
         ans = raw.view(x.dtype).view(x.shape)
         return ans if zero_copy else ans.clone()
+
+
+def alias_submodules(package):
+    """Makes `package`, a module standing in for torch_memory_saver (its
+    __init__ imports cachalloc.memory_saver's names), answer for TMS's
+    submodules too: `package.entrypoint`, `package.hooks.mode_preload` are
+    this module itself, so that what code patches there (TMS's tests patch
+    entrypoint.is_xpu and hooks.mode_preload.get_binary_path_from_package)
+    is what cachalloc calls.  Call it from that __init__:
+    alias_submodules(__name__)."""
+    import types
+    me = sys.modules[__name__]
+    hooks = types.ModuleType(package + ".hooks", "torch_memory_saver.hooks, mapped onto cachalloc.tms_compat")
+    hooks.__path__ = []  # a package: its submodule is found in sys.modules
+    hooks.mode_preload = me
+    for name, module in (("entrypoint", me), ("hooks", hooks), ("hooks.mode_preload", me)):
+        sys.modules[package + "." + name] = module
+    parent = sys.modules[package]
+    parent.entrypoint, parent.hooks = me, hooks
 
 
 torch_memory_saver = TorchMemorySaver()

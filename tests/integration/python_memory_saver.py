@@ -311,6 +311,49 @@ def subprocess_env(env, tms):
             os.environ["LD_PRELOAD"] = saved
 
 
+MAPPING = """
+from cachalloc.memory_saver import *  # noqa
+from cachalloc.memory_saver import torch_memory_saver, TorchMemorySaver  # noqa
+from cachalloc.tms_compat import alias_submodules
+alias_submodules(__name__)
+"""
+
+
+def module_mapping(env, tms):
+    """A `torch_memory_saver` package mapped onto cachalloc answers for TMS's
+    submodules, and patches made there reach cachalloc (as TMS's tests
+    patch them)."""
+    from unittest import mock
+    from cachalloc import tms_compat
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "torch_memory_saver"))
+        with open(os.path.join(root, "torch_memory_saver", "__init__.py"), "w") as f:
+            f.write(MAPPING)
+        sys.path.insert(0, root)
+        try:
+            import torch_memory_saver
+            from torch_memory_saver.entrypoint import TorchMemorySaver
+            from torch_memory_saver import entrypoint as entrypoint_mod
+            from torch_memory_saver.hooks.mode_preload import configure_subprocess
+            check(torch_memory_saver.torch_memory_saver is tms and TorchMemorySaver is tms_compat.TorchMemorySaver,
+                  "the singleton and the class")
+            check(entrypoint_mod is tms_compat and torch_memory_saver.configure_subprocess is configure_subprocess,
+                  "entrypoint and hooks.mode_preload are tms_compat")
+            saved = os.environ.pop("LD_PRELOAD", None)
+            try:
+                with mock.patch("torch_memory_saver.hooks.mode_preload.get_binary_path_from_package",
+                                return_value="/fake/lib.so"):
+                    with torch_memory_saver.configure_subprocess():
+                        check(os.environ["LD_PRELOAD"] == "/fake/lib.so", "a patch there reaches cachalloc")
+            finally:
+                if saved is not None:
+                    os.environ["LD_PRELOAD"] = saved
+        finally:
+            sys.path.remove(root)
+            for name in [n for n in sys.modules if n.startswith("torch_memory_saver")]:
+                del sys.modules[name]
+
+
 CHILD = """
 import sys
 sys.path.insert(0, {module_dir!r})
@@ -363,7 +406,7 @@ def main():
     from cachalloc.memory_saver import torch_memory_saver as tms
     check(tms.hook_mode == "preload" and tms.enabled, "defaults")
     for step in (regions_and_variants, host_backups, disk_backups, disable_regions, value_errors,
-                 subprocess_env, tms_environment, margin):
+                 subprocess_env, module_mapping, tms_environment, margin):
         step(env, tms)
     check(raises(env.cachalloc.CachallocError, env.cachalloc.set_tag_backup, "big", "tape"), "a bad backup mode")
     print("python_memory_saver: PASS")
