@@ -106,6 +106,8 @@ class DeviceBackend {
   // system's words: "No space left on device", "short read").  file_close
   // gives the file and its space back (after file_unlink of a named one).
   virtual Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why, std::string* name);
+  // file_open opens a named file again (read and write).
+  virtual Status file_open(const std::string& path, int* fd, std::string* why);
   virtual void file_unlink(const std::string& path);
   virtual Status file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why);
   virtual Status file_read(int fd, void* dst, std::size_t size, std::uint64_t offset, std::string* why);

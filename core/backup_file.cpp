@@ -93,6 +93,13 @@ Status DeviceBackend::file_create(const char* dir, std::uint64_t size, int* fd, 
   return kSuccess;
 }
 
+Status DeviceBackend::file_open(const std::string& path, int* fd, std::string* why) {
+  const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) return fail(why, "cannot open the backup file " + path, errno);
+  *fd = f;
+  return kSuccess;
+}
+
 void DeviceBackend::file_unlink(const std::string& path) {
   if (!path.empty()) ::unlink(path.c_str());
 }

@@ -114,8 +114,9 @@ class CachingAllocator {
   void set_tag_backup(TagId tag, bool backup) { set_tag_backup(tag, backup ? BackupMode::host : BackupMode::none); }
   // Where the files of disk backups go from the next pause on: `dir` ("" =
   // config().pause_backup_dir), and whether they have names there (named:
-  // visible to ls and du while the tag is paused, left behind if the process
-  // is killed; else nameless, docs/PAUSE.md).
+  // one per live block, visible to ls and du while the tag is paused, left
+  // behind if the process is killed; else one nameless file per tag,
+  // docs/PAUSE.md).
   void set_backup_files(std::string dir, bool named);
   // Whether a host backup outlives the tag's resume (TagState::retain):
   // false (the default) gives its memory back at the resume.
@@ -405,8 +406,9 @@ class CachingAllocator {
   Status restore_backup(TagState& ts);
   Status write_host_backup(TagState& ts, std::size_t total, BackupMode kind);
   Status read_host_backup(TagState& ts);
-  Status write_disk_backup(TagState& ts, const std::vector<std::size_t>& segment_bytes, std::size_t total);
-  Status create_backup_files(TagState& ts, const std::vector<std::size_t>& segment_bytes);
+  Status write_disk_backup(TagState& ts, std::size_t total);
+  Status create_backup_files(TagState& ts, std::size_t total);
+  Status file_io(TagState& ts, std::size_t lo, std::size_t hi, unsigned char* buf, bool write);
   void close_backup_files(TagState& ts);
   std::string backup_dir() const;
   Status read_disk_backup(TagState& ts);

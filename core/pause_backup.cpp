@@ -36,19 +36,15 @@ Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
   drop_backup(ts);
   ts.entries.clear();
   std::size_t total = 0;
-  std::vector<std::size_t> segment_bytes;  // of each segment with live blocks: a disk backup's files
   for_tag_segments(tag, [&](Segment* seg) {
-    const std::size_t start = total;
     for (const Block* b = seg->head; b != nullptr; b = b->next)
       if (b->allocated) {
         ts.entries.push_back({b->ptr, b->size, total, b->id});
         total += b->size;
       }
-    if (total > start) segment_bytes.push_back(total - start);
   });
   const BackupMode where = ts.backup;
-  const Status st = where == BackupMode::disk ? write_disk_backup(ts, segment_bytes, total)
-                                              : write_host_backup(ts, total, where);
+  const Status st = where == BackupMode::disk ? write_disk_backup(ts, total) : write_host_backup(ts, total, where);
   if (st != kSuccess) return st;
   ts.backup_valid = true;
   ts.location = where;

@@ -52,7 +52,7 @@ struct BackupEntry {
 
 // One file of a disk backup (TagState::files).
 struct BackupFile {
-  int fd = -1;
+  int fd = -1;       // -1: a named file closed between its writes and reads
   std::size_t start = 0;
   std::size_t size = 0;
   std::string path;  // "" for a nameless file
@@ -78,11 +78,11 @@ struct TagState {
   // backup and gives its memory back (torch_memory_saver frees an
   // allocation's backup with it): nobody can restore or ask for it.
   std::unordered_map<DevicePtr, std::uint64_t> backup_blocks;
-  // The files of a disk backup, one per segment of the tag holding live
-  // blocks, covering the backup's bytes [start, start+size) in order: open
-  // from the pause until the resume that restored it (their space then goes
-  // back), none otherwise.  Nameless by default (backup_file.cpp: nothing
-  // outlives the process); `path` is the name of a named one.
+  // The files of a disk backup covering its bytes [start, start+size) in
+  // order (pause_disk.cpp): from the pause until the resume that restored
+  // it (their space then goes back), none otherwise.  One nameless file
+  // (backup_file.cpp: nothing outlives the process), open throughout; or a
+  // named one per live block, open only while bytes go through it.
   std::vector<BackupFile> files;
   bool backup_valid = false;
   BackupMode location = BackupMode::none;

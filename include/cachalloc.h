@@ -205,10 +205,11 @@ int cachalloc_get_tag(char* buf, size_t len);
  * torch_memory_saver without a backup):
  *   CACHALLOC_BACKUP_NONE (0)  no backup
  *   CACHALLOC_BACKUP_HOST (1)  one pinned host buffer of the tag's size
- *   CACHALLOC_BACKUP_DISK (2)  files in the backup directory (one per segment
- *                              of the tag with live blocks; CACHALLOC_CONF's
- *                              pause_backup_dir, default $TMPDIR, else /tmp,
- *                              or cachalloc_set_pause_backup_dir's), through
+ *   CACHALLOC_BACKUP_DISK (2)  files in the backup directory (one nameless
+ *                              file, or named ones: one per block;
+ *                              CACHALLOC_CONF's pause_backup_dir, default
+ *                              $TMPDIR, else /tmp, or
+ *                              cachalloc_set_pause_backup_dir's), through
  *                              two pinned staging buffers of at most 64 MiB:
  *                              for tags larger than the host memory to spare.
  *                              Their failures (no directory, disk full, I/O
@@ -306,9 +307,10 @@ int cachalloc_get_tag_retain_backup(const char* tag);
 int cachalloc_get_backup_pointer(const void* ptr, size_t size, void** host);
 /* Where the files of disk backups go from the next pause on: `dir` (NULL or
  * "": CACHALLOC_CONF's pause_backup_dir again), and whether they have names
- * there (named 1: cachalloc-backup-PID-XXXXXX, mode 0600, visible to ls and
- * du while the tag is paused, removed at its resume, left behind if the
- * process is killed; 0: nameless, the default).  The directory must exist
+ * there (named 1: one file per block, as torch_memory_saver keeps one per
+ * allocation, cachalloc-backup-PID-XXXXXX, mode 0600, visible to ls and du
+ * while the tag is paused, removed at its resume, left behind if the
+ * process is killed; 0: one nameless file per tag, the default).  The directory must exist
  * at the pause (else the pause fails, as for pause_backup_dir).  Works
  * before cachalloc has served anything; torch_memory_saver's
  * set_disk_backup_dir.

@@ -481,6 +481,16 @@ class FakeBackend final : public DeviceBackend {
     if (st == kSuccess) {
       ++files_created;
       open_files_.insert(*fd);
+      peak_open_files = std::max(peak_open_files, open_files_.size());
+    }
+    return st;
+  }
+  Status file_open(const std::string& path, int* fd, std::string* why) override {
+    if (fault()) return injected(why, "open: Too many open files (injected)");
+    const Status st = DeviceBackend::file_open(path, fd, why);
+    if (st == kSuccess) {
+      open_files_.insert(*fd);
+      peak_open_files = std::max(peak_open_files, open_files_.size());
     }
     return st;
   }
@@ -509,6 +519,7 @@ class FakeBackend final : public DeviceBackend {
   void fail_file_read(int n) { fail_read_at_ = n; }
   std::size_t open_files() const { return open_files_.size(); }
   int files_created = 0, file_writes = 0, file_reads = 0;
+  std::size_t peak_open_files = 0;  // the most files open at once
   std::size_t file_bytes_written = 0;
   std::size_t live_handles() const { return handles_.size(); }
 

@@ -213,14 +213,13 @@ static int dir_entries(void) {
   return n;
 }
 
-/* How many descriptors this process holds on files of the backup
- * directory (the lowest in *first, if any): a backup file has no name, yet
- * /proc shows it there ("DIR/#123 (deleted)").  A disk backup has one file
- * per segment of the tag with live blocks. */
-static int backup_fds(int* first) {
-  int n = 0;
+/* The descriptor (-1: none; -2: several) this process holds on a file of
+ * the backup directory: a backup file has no name, yet /proc shows it
+ * there ("DIR/#123 (deleted)"). */
+static int backup_fd(void) {
+  int found = -1;
   DIR* d = opendir("/proc/self/fd");
-  if (d == NULL) return -1;
+  if (d == NULL) return -3;
   char prefix[4096];
   snprintf(prefix, sizeof prefix, "%s/", g_dir);
   for (struct dirent* e; (e = readdir(d)) != NULL;) {
@@ -229,12 +228,10 @@ static int backup_fds(int* first) {
     const ssize_t len = readlink(link, target, sizeof target - 1);
     if (len <= 0) continue;
     target[len] = '\0';
-    if (strncmp(target, prefix, strlen(prefix)) != 0) continue;
-    if (first != NULL && (n == 0 || atoi(e->d_name) < *first)) *first = atoi(e->d_name);
-    ++n;
+    if (strncmp(target, prefix, strlen(prefix)) == 0) found = found == -1 ? atoi(e->d_name) : -2;
   }
   closedir(d);
-  return n;
+  return found;
 }
 
 static int json_has(const char* needle) {
@@ -260,7 +257,7 @@ static int disk_setup(struct disk_tag* t) {
   mkdir(g_dir, 0700);
   CHECK(dir_entries() == 0);
   CHECK_RC(set_backup("weights", 2), 0);
-  CHECK_RC(set_backup("weights", 4), CUDA_ERROR_INVALID_VALUE); /* no such mode */
+  CHECK_RC(set_backup("weights", 4), CUDA_ERROR_INVALID_VALUE); /* no such mode (3: pageable) */
   CHECK_RC(set_tag("weights"), 0);
   CHECK_CU(cuMemAlloc_v2(&t->big, BIG));
   for (int i = 0; i < SMALL_BLOCKS; ++i) CHECK_CU(cuMemAlloc_v2(&t->small[i], small_size(i)));
@@ -299,7 +296,7 @@ static int disk_cycle(void) {
     CHECK(tag_paused("weights") == 1);
     CHECK(stats().live_bytes <= before - BIG);   /* the pages went back */
     CHECK(fake_cuda_vm_access(t.big, 0) == -1);
-    CHECK(backup_fds(NULL) == 2);                /* a file per segment (small, large), in the directory ... */
+    CHECK(backup_fd() >= 0);                     /* one file, in the directory ... */
     CHECK(dir_entries() == 0);                   /* ... with no name */
     CHECK(json_has("\"backup_mode\":\"disk\",\"backup_location\":\"disk\""));
     CHECK(json_has("\"backup_capacity_bytes\":0,"));          /* no host buffer of the tag's size */
@@ -307,7 +304,7 @@ static int disk_cycle(void) {
     CHECK(stats().live_host_allocs == 1);                     /* the staging, that is all */
     CHECK_RC(resume_tag("weights"), 0);
     CHECK(disk_holds(&t, 10 * cycle));
-    CHECK(backup_fds(NULL) == 0);                /* the files went at the resume */
+    CHECK(backup_fd() == -1);                    /* the file went at the resume */
     CHECK(json_has("\"backup_location\":\"none\",\"backup_bytes\":0,"));
   }
   CHECK(dir_entries() == 0);
@@ -327,7 +324,7 @@ static int disk_write_fail(void) {
   fake_cuda_fail("cuMemHostAlloc", 0, 1, CUDA_SUCCESS);
   CHECK_RC(pause_tag("weights"), CUDA_ERROR_OUT_OF_MEMORY);
   fake_cuda_fail_reset();
-  CHECK(tag_paused("weights") == 0 && backup_fds(NULL) == 0);
+  CHECK(tag_paused("weights") == 0 && backup_fd() == -1);
   CHECK(disk_holds(&t, 3));
   signal(SIGXFSZ, SIG_DFL);
   struct rlimit old, lim;
@@ -339,17 +336,17 @@ static int disk_write_fail(void) {
   CHECK_RC(pause_tag("weights"), CUDA_ERROR_OPERATING_SYSTEM);
   CHECK(tag_paused("weights") == 0);
   CHECK(stats().live_bytes == before);
-  CHECK(backup_fds(NULL) == 0);
+  CHECK(backup_fd() == -1);
   CHECK(disk_holds(&t, 3));
   CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
   CHECK_RC(pause_tag("weights"), 0);
   CHECK_RC(resume_tag("weights"), 0);
   CHECK(disk_holds(&t, 3));
-  CHECK(dir_entries() == 0 && backup_fds(NULL) == 0);
+  CHECK(dir_entries() == 0 && backup_fd() == -1);
   return disk_free(&t);
 }
 
-/* A real read failure: a backup file's descriptor is swapped for one
+/* A real read failure: the backup file's descriptor is swapped for one
  * that cannot be read (and put back after).  The resume fails with
  * CUDA_ERROR_OPERATING_SYSTEM, the tag stays paused with no page held and
  * its backup kept; the retry restores it. */
@@ -359,8 +356,8 @@ static int disk_read_fail(void) {
   disk_fill(&t, 7);
   CHECK_RC(pause_tag("weights"), 0);
   const size_t paused_live = stats().live_bytes;
-  int fd = -1;
-  CHECK(backup_fds(&fd) == 2 && fd >= 0);
+  const int fd = backup_fd();
+  CHECK(fd >= 0);
   const int saved = dup(fd);
   const int unreadable = open("/dev/null", O_WRONLY | O_CLOEXEC);
   CHECK(saved >= 0 && unreadable >= 0 && dup2(unreadable, fd) == fd);
@@ -372,7 +369,7 @@ static int disk_read_fail(void) {
   close(unreadable);
   CHECK_RC(resume_tag("weights"), 0);
   CHECK(disk_holds(&t, 7));
-  CHECK(backup_fds(NULL) == 0);
+  CHECK(backup_fd() == -1);
   CHECK(disk_holds(&t, 7));
   return disk_free(&t);
 }

@@ -182,9 +182,9 @@ def host_backups(env, tms):
 
 
 def disk_backups(env, tms):
-    """set_disk_backup_dir: a named file per segment of a disk-backed region
-    in the directory while paused (TMS's test counts them), the same bytes
-    on disk every cycle, gone at the resume."""
+    """set_disk_backup_dir: a named file per allocation of a disk-backed
+    region in the directory while paused (TMS's test counts them), the same
+    bytes on disk every cycle, gone at the resume."""
     with tempfile.TemporaryDirectory() as base:
         disk_dir = os.path.join(base, "made")  # set_disk_backup_dir makes it
         tms.set_disk_backup_dir(disk_dir)
@@ -203,7 +203,7 @@ def disk_backups(env, tms):
             tms.pause()
             files = os.listdir(disk_dir)
             total = sum(os.path.getsize(os.path.join(disk_dir, f)) for f in files)
-            check(len(files) >= 2, f"a backup file per segment, named: {files}")
+            check(len(files) == 2, f"a backup file per allocation, named: {files}")
             check(total >= numel * 4, f"the files hold the paused tensor: {total}")
             sizes.add(total)
             check(env.tags()["default+disk"]["backup_disk_files"] == len(files), "counted in the statistics")

@@ -226,7 +226,7 @@ static int pageable(void) {
   return 0;
 }
 
-/* Named backup files in a directory set at run time (DIR), one per segment. */
+/* Named backup files in a directory set at run time (DIR), one per block. */
 static int disk_named(void) {
   CHECK(setup() == 0);
   mkdir(g_dir, 0700);

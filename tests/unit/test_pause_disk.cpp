@@ -81,19 +81,17 @@ TEST_CASE("disk backup: contents come back bit for bit over several cycles; host
     f.backend.reset_peak_host_bytes();
     REQUIRE(f.pause(kWeights) == kSuccess);
     CHECK(f.backend.used() == untagged_used);  // the tag's pages went back
-    // One file per segment of the tag with live blocks: the small pool's
-    // and the large pool's (one stream).
-    CHECK(f.backend.files_created == created + 2);
-    CHECK(f.backend.open_files() == 2);
-    CHECK(dir.entries() == 0);    // the files have no name ...
-    CHECK(dir.open_here() == 2);  // ... yet live in the directory asked for
+    CHECK(f.backend.files_created == created + 1);
+    CHECK(f.backend.open_files() == 1);
+    CHECK(dir.entries() == 0);    // the file has no name ...
+    CHECK(dir.open_here() == 1);  // ... yet lives in the directory asked for
     const TagStats s = f.tag(kWeights);
     CHECK(s.backup_mode == BackupMode::disk);
     CHECK(s.backup_location == BackupMode::disk);
     CHECK(s.backup_bytes == s.allocated_bytes);  // the blocks (rounded sizes), all of them
     CHECK(s.backup_bytes >= w.bytes);
     CHECK(s.disk_bytes == s.backup_bytes);
-    CHECK(s.disk_files == 2);
+    CHECK(s.disk_files == 1);
     CHECK(s.backup_capacity == 0);         // no host buffer of the tag's size
     CHECK(s.staging_bytes == 2 * kChunk);  // only the two staging halves
     CHECK(f.backend.live_host_bytes() == 2 * kChunk);
@@ -132,6 +130,14 @@ TEST_CASE("pause (disk backup): a failure at any driver or file call loses nothi
   int n = 0;
   while (run_with_fault(n, false, BackupMode::disk, 10 * MiB)) ++n;
   CHECK(n > 12);  // with the staging's allocation, the file's create and writes, the copies
+}
+
+TEST_CASE("pause and resume (named disk backup files): a failure at any call loses nothing and leaks nothing") {
+  for (bool in_resume : {false, true}) {
+    int n = 0;
+    while (run_with_fault(n, in_resume, BackupMode::disk, 10 * MiB, true)) ++n;
+    CHECK(n > 12);
+  }
 }
 
 TEST_CASE("resume (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
@@ -186,7 +192,7 @@ TEST_CASE("disk backup: a failed file read fails the resume; the pages go again,
     CHECK(f.alloc->tag_paused(kWeights));
     CHECK(f.alloc->tag_failure(kWeights).find("Input/output error") != std::string::npos);
     CHECK(f.backend.used() == paused_used);  // the pages the resume mapped went again
-    CHECK(f.backend.open_files() == 2);      // the backup is still there (both files)
+    CHECK(f.backend.open_files() == 1);      // the backup is still there
     CHECK(f.tag(kWeights).disk_bytes == f.tag(kWeights).allocated_bytes);
     DevicePtr p = 0;
     CHECK(f.alloc->malloc_tagged(&p, 1000, 0, kWeights) == kTagPaused);
@@ -403,21 +409,23 @@ TEST_CASE("disk backup: double-buffered — chunk k crosses the bus while chunk 
   CHECK(f.holds(w, 3 * kChunk, 6));
 }
 
-TEST_CASE("disk backup: named files in a directory set at run time, one per segment, gone at the resume") {
+TEST_CASE("disk backup: named files in a directory set at run time, one per block, gone at the resume") {
   TempDir configured, dir;
   PauseFixture f(disk_config(configured));
   f.alloc->set_tag_backup(kWeights, BackupMode::disk);
   f.alloc->set_backup_files(dir.path, true);
-  const DevicePtr big = f.tmalloc(13 * MiB + 12345, kWeights);  // the large pool's segment
-  const DevicePtr small = f.tmalloc(7, kWeights);               // the small pool's
+  const DevicePtr big = f.tmalloc(13 * MiB + 12345, kWeights);  // over three 4 MiB chunks
+  const DevicePtr small = f.tmalloc(7, kWeights);
   f.fill(big, 13 * MiB + 12345, 1);
   f.fill(small, 7, 2);
   std::set<std::size_t> sizes;
   for (int cycle = 0; cycle < 3; ++cycle) {
     REQUIRE(f.pause(kWeights) == kSuccess);
     const std::vector<std::string> names = dir.names();
-    CHECK(names.size() == 2);
+    CHECK(names.size() == 2);  // as torch_memory_saver: a file per allocation
+    CHECK(f.tag(kWeights).disk_files == 2);
     CHECK(configured.entries() == 0);
+    CHECK(f.backend.open_files() == 0);  // named files are closed between pause and resume
     std::size_t total = 0;
     for (const std::string& n : names) {
       CHECK(n.rfind("cachalloc-backup-" + std::to_string(::getpid()) + "-", 0) == 0);
@@ -433,14 +441,36 @@ TEST_CASE("disk backup: named files in a directory set at run time, one per segm
     CHECK(f.holds(big, 13 * MiB + 12345, 1));
     CHECK(f.holds(small, 7, 2));
   }
-  CHECK(sizes.size() == 1);  // the same files' worth each cycle
+  CHECK(sizes.size() == 1);  // the same bytes on disk each cycle
   // A failed write takes its named files along; so does an allocator destroyed while paused.
   f.backend.fail_file_write(1);
   CHECK(f.pause(kWeights) == kOperatingSystem);
   CHECK(dir.entries() == 0);
+  CHECK(f.backend.open_files() == 0);
   REQUIRE(f.pause(kWeights) == kSuccess);
   CHECK(dir.entries() == 2);
   f.alloc.reset();
+  CHECK(dir.entries() == 0);
+}
+
+TEST_CASE("disk backup: a tag of many blocks in named files holds one descriptor at a time") {
+  TempDir dir;
+  PauseFixture f(disk_config(dir));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  f.alloc->set_backup_files(dir.path, true);
+  const Blocks w = make_blocks(f, kWeights);  // 306 blocks, one over four chunks
+  fill_all(f, w, 50);
+  f.backend.peak_open_files = 0;
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(dir.entries() == w.list.size());
+  CHECK(f.backend.peak_open_files == 1);  // created and closed one by one, each written in its turn
+  f.backend.fail_file_read(40);           // a failed read leaves the backup, its files and names, for a retry
+  CHECK(f.resume(kWeights) == kOperatingSystem);
+  CHECK(dir.entries() == w.list.size());
+  CHECK(f.backend.open_files() == 0);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.backend.peak_open_files == 1);
+  CHECK(all_hold(f, w, 50));
   CHECK(dir.entries() == 0);
 }
 
