@@ -283,14 +283,17 @@ class TorchMemorySaver:
     def _pool(self, tag, enable_cpu_backup, enable_disk_backup, cpu_backup_backend):
         """The MemPool a region allocates from, one per TMS's key (tag,
         backups, resolved backend, device), or None when its allocations
-        reach cachalloc without one."""
+        reach cachalloc without one (no PyTorch cache in front: the key then
+        maps to None, so that code which takes a region's pool out of
+        _mem_pools, as TMS's tests do, finds the entry)."""
         torch = sys.modules.get("torch")
         if torch is None:
             return None
-        if self._hook_mode == "preload" and not _ms._torch_cache_in_front():
-            return None
         backend = (cpu_backup_backend or self._config.backend) if enable_cpu_backup else ""
         key = (tag, enable_cpu_backup, enable_disk_backup, backend, torch.cuda.current_device())
+        if self._hook_mode == "preload" and not _ms._torch_cache_in_front():
+            self._mem_pools.setdefault(key, None)
+            return None
         pool = self._mem_pools.get(key)
         if pool is None:
             if self._hook_mode == "torch":
