@@ -192,12 +192,21 @@ class TorchMemorySaver:
         self._hook_mode = "preload"
         self._initialized = False
         self._init_lock = threading.Lock()
-        self._config = _ThreadConfig()
+        self._thread_config = None  # made at the first use: the environment is read then, not at import
         self._mem_pools = {}  # TMS's key (tag, cpu, disk, backend, device) -> torch.cuda.MemPool
         self._margin = 0
         self._binary_wrapper = _BinaryWrapper(self)
 
     # ---- configuration ----
+
+    @property
+    def _config(self):
+        """The calling thread's TMS configuration (_ThreadConfig)."""
+        if self._thread_config is None:
+            with self._init_lock:
+                if self._thread_config is None:
+                    self._thread_config = _ThreadConfig()
+        return self._thread_config
 
     @property
     def hook_mode(self):
@@ -239,8 +248,8 @@ class TorchMemorySaver:
         _ms.set_tag_retain_backup(None, bool(value))
 
     def set_disk_backup_dir(self, path):
-        """Disk backups go to `path` (made if needed), one named file per
-        segment of a tag while it is paused, removed at its resume."""
+        """Disk backups go to `path` (made if needed): a named file per
+        allocation while its tag is paused, removed at the resume."""
         self._ensure_initialized()
         path = os.path.abspath(path)
         os.makedirs(path, exist_ok=True)

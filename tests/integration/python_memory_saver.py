@@ -382,6 +382,9 @@ def tms_environment(env, tms):
     check(rc == 0 and out[1] == "True" and out[4] == "True", f"TMS_INIT_ENABLE_DISK_BACKUP: {out} {err}")
     rc, out, err = child(TMS_INIT_ENABLE="maybe")
     check(rc != 0 and "ValueError" in err and "TMS_INIT_ENABLE" in err, f"a value TMS refuses: {err}")
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {sys.argv[1]!r}); import cachalloc"],
+                       capture_output=True, text=True, env={**os.environ, "TMS_INIT_ENABLE": "maybe"})
+    check(r.returncode == 0, f"importing cachalloc reads no TMS variable: {r.stderr}")
     rc, out, err = child(TMS_INIT_CPU_BACKUP_BACKEND="tape")
     check(rc != 0 and "ValueError" in err, f"an unknown backend: {err}")
 
