@@ -101,16 +101,27 @@ class DeviceBackend {
   virtual Status copy_to_host_async(void* dst, DevicePtr src, std::size_t size);
   virtual Status copy_to_device_async(DevicePtr dst, const void* src, std::size_t size);
   virtual Status copy_synchronize();
+  // Pageable host memory for BackupMode::pageable backups (backup_memory.cpp:
+  // anonymous mmap, so the defaults serve every backend; the fake overrides
+  // them to count and fail on cue).  pageable_free takes the size given.
+  virtual Status pageable_alloc(std::size_t size, void** out);
+  virtual void pageable_free(void* ptr, std::size_t size);
 
   // Disk backups of paused tags (backup_file.cpp; plain POSIX calls, so the
   // defaults serve every backend; the fake overrides them to fail on cue).
-  // file_create makes a file with no name in directory `dir` (O_TMPFILE, or
-  // a name unlinked at once: nothing stays on disk whatever happens to the
-  // process) with room for `size` bytes; file_write/file_read move all
-  // `size` bytes at `offset` or fail.  Failures answer kOperatingSystem and
-  // say why in *why (the path and the system's words: "No space left on
-  // device", "short read").  file_close gives the file and its space back.
-  virtual Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why);
+  // file_create makes a file in directory `dir` with room for `size` bytes:
+  // with no name (name == nullptr: O_TMPFILE, or a name unlinked at once:
+  // nothing stays on disk whatever happens to the process), or with one
+  // (*name = its path, cachalloc-backup-PID-XXXXXX: visible to ls and du
+  // until file_unlink, left behind if the process is killed);
+  // file_write/file_read move all `size` bytes at `offset` or fail.
+  // Failures answer kOperatingSystem and say why in *why (the path and the
+  // system's words: "No space left on device", "short read").  file_close
+  // gives the file and its space back (after file_unlink of a named one).
+  virtual Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why, std::string* name);
+  // file_open opens a named file again (read and write).
+  virtual Status file_open(const std::string& path, int* fd, std::string* why);
+  virtual void file_unlink(const std::string& path);
   virtual Status file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why);
   virtual Status file_read(int fd, void* dst, std::size_t size, std::uint64_t offset, std::string* why);
   virtual void file_close(int fd);

@@ -1,10 +1,12 @@
 // backup_file.cpp — DeviceBackend's file primitives for disk backups of
 // paused tags (backend.h, pause_path.cpp), as plain POSIX calls.
 //
-// The file has no name from its first moment (O_TMPFILE; where a file
-// system lacks it, mkostemp then unlink at once), so a process that dies
-// leaves nothing on disk and nobody else can open it; O_CLOEXEC keeps it out
-// of programs the process runs.  Its space is reserved up front (fallocate)
+// By default the file has no name from its first moment (O_TMPFILE; where
+// a file system lacks it, mkostemp then unlink at once), so a process that
+// dies leaves nothing on disk and nobody else can open it.  A named file
+// (asked for by torch_memory_saver users, whose tools count the files in
+// the directory) is mkostemp's, mode 0600, unlinked by the core when its
+// backup goes.  O_CLOEXEC keeps either out of programs the process runs.  Its space is reserved up front (fallocate)
 // so that a full disk fails the pause before gigabytes are copied; file
 // systems without fallocate simply skip that.  Writes and reads go to known
 // offsets (pwrite/pread: no shared file position), looping over partial
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend.h"
@@ -65,19 +68,40 @@ int create_unnamed(const char* dir) {
   return named;
 }
 
+int create_named(const char* dir, std::string* path) {
+  *path = std::string(dir) + "/cachalloc-backup-" + std::to_string(::getpid()) + "-XXXXXX";
+  const int f = ::mkostemp(path->data(), O_CLOEXEC);
+  if (f < 0) path->clear();
+  return f;
+}
+
 }  // namespace
 
-Status DeviceBackend::file_create(const char* dir, std::uint64_t size, int* fd, std::string* why) {
-  const int f = create_unnamed(dir);
+Status DeviceBackend::file_create(const char* dir, std::uint64_t size, int* fd, std::string* why, std::string* name) {
+  std::string path;
+  const int f = name == nullptr ? create_unnamed(dir) : create_named(dir, &path);
   if (f < 0) return fail(why, std::string("cannot create a backup file in ") + dir, errno);
   if (size != 0 && without_sigxfsz([&] { return ::fallocate(f, 0, 0, static_cast<off_t>(size)); }) != 0 &&
       errno != EOPNOTSUPP && errno != ENOSYS) {
     const int err = errno;
+    if (!path.empty()) ::unlink(path.c_str());
     ::close(f);
     return fail(why, "cannot reserve " + std::to_string(size) + " bytes for a backup file in " + dir, err);
   }
   *fd = f;
+  if (name != nullptr) *name = path;
   return kSuccess;
+}
+
+Status DeviceBackend::file_open(const std::string& path, int* fd, std::string* why) {
+  const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) return fail(why, "cannot open the backup file " + path, errno);
+  *fd = f;
+  return kSuccess;
+}
+
+void DeviceBackend::file_unlink(const std::string& path) {
+  if (!path.empty()) ::unlink(path.c_str());
 }
 
 Status DeviceBackend::file_write(int fd, const void* src, std::size_t size, std::uint64_t offset, std::string* why) {

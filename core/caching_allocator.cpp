@@ -112,6 +112,20 @@ void CachingAllocator::empty_cache() {
   notify(TraceKind::empty_cache, 0, 0, 0);
 }
 
+void CachingAllocator::empty_tag_cache(TagId tag) {
+  if (tag == kUntagged) return;
+  std::lock_guard lock(mutex_);
+  settle_held();
+  synchronize_events();  // the tag's frees waiting on events come back first
+  unmap_all_free_pages(&tag);
+  notify(TraceKind::empty_cache, 0, 0, 0);
+}
+
+void CachingAllocator::set_tag_memory_margin(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  tag_memory_margin_ = bytes;
+}
+
 std::size_t CachingAllocator::releasable_bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t total = 0;

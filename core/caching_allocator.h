@@ -107,11 +107,26 @@ class CachingAllocator {
   Status pause(TagId tag, bool* no_op = nullptr);
   Status resume(TagId tag, bool* no_op = nullptr);
   // Where the tag's live blocks go at its pauses: nowhere, pinned host
-  // memory, or a file in config().pause_backup_dir (through two pinned
-  // staging buffers of config().pause_backup_chunk bytes).  The bool form:
-  // host or none.
+  // memory, pageable host memory, or a file in config().pause_backup_dir
+  // (through two pinned staging buffers of config().pause_backup_chunk
+  // bytes).  The bool form: host or none.
   void set_tag_backup(TagId tag, BackupMode mode);
   void set_tag_backup(TagId tag, bool backup) { set_tag_backup(tag, backup ? BackupMode::host : BackupMode::none); }
+  // Where the files of disk backups go from the next pause on: `dir` ("" =
+  // config().pause_backup_dir), and whether they have names there (named:
+  // one per live block, visible to ls and du while the tag is paused, left
+  // behind if the process is killed; else one nameless file per tag,
+  // docs/PAUSE.md).
+  void set_backup_files(std::string dir, bool named);
+  // Whether a host backup outlives the tag's resume (TagState::retain):
+  // false (the default) gives its memory back at the resume.
+  void set_tag_retain_backup(TagId tag, bool retain);
+  // *host = where the host backup holds the bytes [ptr, ptr+size) of a live
+  // block now (paused with a host backup, or retained after the resume), or
+  // nullptr when no host backup holds them (untagged, no backup, a disk
+  // backup, running and not retained).  kNotOwned outside every segment;
+  // kInvalidValue when the range is not inside one live block.
+  Status backup_pointer(DevicePtr ptr, std::size_t size, void** host) const;
   bool tag_paused(TagId tag) const;
   // Why the tag's last pause or resume failed, in words, when a status code
   // says too little (a backup file: path and errno text); "" otherwise.
@@ -247,6 +262,15 @@ class CachingAllocator {
   // Completes pending events by waiting, then returns every whole free
   // segment to the device.
   void empty_cache();
+  // empty_cache() for one tag: the tag's cached free memory (whole free
+  // pages of its segments) goes back to the device, and its reservations
+  // with nothing mapped; other tags and untagged memory keep their cache.
+  // Nothing for a paused tag (its free pages went at the pause).
+  void empty_tag_cache(TagId tag);
+  // A tagged allocation that must map new device memory fails with
+  // kOutOfMemory when the device would be left with less than `bytes` free
+  // (torch_memory_saver's memory_margin_bytes); 0 (the default): no margin.
+  void set_tag_memory_margin(std::size_t bytes);
 
   // Returns to the pools what completed events and fences allow, putting
   // waiting deferred frees behind a fence first (driver calls; for
@@ -399,12 +423,19 @@ class CachingAllocator {
   void forget_free_pages_of(TagId tag);
   Status take_backup(TagId tag, TagState& ts);
   Status restore_backup(TagState& ts);
-  Status write_host_backup(TagState& ts, std::size_t total);
+  Status write_host_backup(TagState& ts, std::size_t total, BackupMode kind);
   Status read_host_backup(TagState& ts);
   Status write_disk_backup(TagState& ts, std::size_t total);
+  Status create_backup_files(TagState& ts, std::size_t total);
+  Status file_io(TagState& ts, std::size_t lo, std::size_t hi, unsigned char* buf, bool write);
+  void close_backup_files(TagState& ts);
+  std::string backup_dir() const;
   Status read_disk_backup(TagState& ts);
   Status ensure_staging(std::size_t total, TagState& ts);
   void drop_backup(TagState& ts);
+  void release_host_buffer(TagState& ts);
+  void settle_backup_after_resume(TagState& ts);
+  void note_tagged_free(const Block* b);
   void free_backup_storage(TagState& ts);
   void release_orphans();
   bool tag_exported(TagId tag);
@@ -458,7 +489,8 @@ class CachingAllocator {
   static std::size_t pick_free_run(const std::vector<std::pair<std::size_t, Block*>>& runs, std::size_t excess,
                                    std::size_t limit);
   void add_free_remnant(Block* b);
-  void unmap_all_free_pages();
+  void unmap_all_free_pages(const TagId* only = nullptr);
+  bool within_tag_margin(std::size_t bytes);
   std::size_t mapped_bytes(const Segment* seg) const;
   std::size_t unmappable_bytes(const Segment* seg) const;
   std::size_t absorb(Block* dst, Block* src);
@@ -638,6 +670,11 @@ class CachingAllocator {
   // the file; kept for the next pause (pinned allocations are slow).
   void* staging_ = nullptr;
   std::size_t staging_half_ = 0;
+  // Where disk backups go, set at run time (set_backup_files; "" = the
+  // configuration's), and whether their files have names.
+  std::string backup_dir_;
+  bool backup_files_named_ = false;
+  std::size_t tag_memory_margin_ = 0;  // set_tag_memory_margin
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;

@@ -241,6 +241,7 @@ bool set_tag(std::string_view v, Config& c) {
 bool set_tag_cpu_backup(std::string_view v, Config& c) {
   const std::string s = lower(v);
   if (s == "disk") return (c.tag_cpu_backup = BackupMode::disk), true;
+  if (s == "pageable") return (c.tag_cpu_backup = BackupMode::pageable), true;
   bool on = false;
   if (!set_bool(v, on)) return false;
   c.tag_cpu_backup = on ? BackupMode::host : BackupMode::none;
@@ -295,7 +296,7 @@ constexpr KeyHandler kHandlers[] = {
     {"pinned_max_cached_mb", set_pinned_max_cached, false, "an integer number of MiB >= 0 (0 = off), or unlimited"},
     {"thread_cache_kb", set_thread_cache, false, "an integer number of KiB >= 0 per thread (0 = off)"},
     {"tag", set_tag, false, "a tag name (letters, digits, _ - .; at most 63)"},
-    {"tag_cpu_backup", set_tag_cpu_backup, false, "true, false or disk"},
+    {"tag_cpu_backup", set_tag_cpu_backup, false, "true, false, pageable or disk"},
     {"pause_backup_dir", set_pause_backup_dir, true, "a directory path"},
     {"stats", set_stats, true, "stderr or a file path"},
     {"snapshot", set_snapshot, true, "a file path"},
@@ -538,7 +539,9 @@ std::string Config::to_string() const {
   append(out, "thread_cache_kb", std::to_string(thread_cache_bytes >> 10));
   if (!tag.empty()) append(out, "tag", tag);
   if (tag_cpu_backup != BackupMode::none)
-    append(out, "tag_cpu_backup", tag_cpu_backup == BackupMode::disk ? "disk" : "true");
+    append(out, "tag_cpu_backup", tag_cpu_backup == BackupMode::disk       ? "disk"
+                                  : tag_cpu_backup == BackupMode::pageable ? "pageable"
+                                                                           : "true");
   if (!pause_backup_dir.empty()) append(out, "pause_backup_dir", pause_backup_dir);
   // Unset paths and signal have no text that parses either; leaving them
   // out keeps the default, which is what they are.

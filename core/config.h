@@ -111,7 +111,8 @@ struct Config {
   // --- tags (pause/resume, docs/PAUSE.md) ---
   // The tag of every allocation of threads that set none (cachalloc_set_tag);
   // "" = untagged.  tag_cpu_backup: where that tag's pauses back it up
-  // (true = host memory, disk = a file in pause_backup_dir, false = none).
+  // (true = pinned host memory, pageable = pageable host memory, disk = a
+  // file in pause_backup_dir, false = none).
   std::string tag;
   BackupMode tag_cpu_backup = BackupMode::none;
   // Directory of the files of disk backups ("" = $TMPDIR, else /tmp).

@@ -195,7 +195,8 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
     const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
     return config_.per_process_memory_fraction < 1.0 && reserved - leaving + bytes > allowed_bytes_;
   };
-  if (u == nullptr || over_fraction(remap ? plan.bytes : 0)) {
+  if (u == nullptr || over_fraction(remap ? plan.bytes : 0) ||
+      (seg->tag != kUntagged && tag_memory_margin_ != 0 && !within_tag_margin(bytes))) {
     *err = kOutOfMemory;
     return nullptr;
   }
@@ -333,9 +334,11 @@ std::vector<std::pair<std::size_t, Block*>> CachingAllocator::unmappable_free_bl
   return out;
 }
 
-void CachingAllocator::unmap_all_free_pages() {
+// `only`: the free pages and empty reservations of that tag alone.
+void CachingAllocator::unmap_all_free_pages(const TagId* only) {
   if (!retiring_.empty()) retire_remapped(true);  // (release_remap's old addresses)
-  const auto free_blocks = unmappable_free_blocks();
+  auto free_blocks = unmappable_free_blocks();
+  if (only != nullptr) std::erase_if(free_blocks, [&](const auto& f) { return f.second->segment->tag != *only; });
   // A free block's pages may still be used by work its stream enqueued
   // before the free (cuMemFreeAsync, or a plain free served without the
   // driver's synchronization), and cuMemUnmap does not wait for that work
@@ -348,7 +351,8 @@ void CachingAllocator::unmap_all_free_pages() {
   // A reservation with nothing mapped goes back too.
   for (auto it = expandable_.begin(); it != expandable_.end();) {
     Segment* seg = *it;
-    if (seg->head->next != nullptr || seg->head->mapped || seg->retiring_pages != 0) {
+    if (seg->head->next != nullptr || seg->head->mapped || seg->retiring_pages != 0 ||
+        (only != nullptr && seg->tag != *only)) {
       ++it;
       continue;
     }
@@ -400,6 +404,15 @@ std::size_t CachingAllocator::pick_free_run(const std::vector<std::pair<std::siz
     largest = i;
   }
   return largest;
+}
+
+// Whether mapping `bytes` more leaves the device tag_memory_margin_ free
+// (an unanswered question lets it through: the driver still refuses what
+// does not fit).
+bool CachingAllocator::within_tag_margin(std::size_t bytes) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (backend_->mem_info(&free_bytes, &total_bytes) != kSuccess) return true;
+  return free_bytes >= bytes && free_bytes - bytes >= tag_memory_margin_;
 }
 
 // Synchronizes the device before pages are unmapped (unmap_all_free_pages).

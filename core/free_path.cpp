@@ -40,6 +40,8 @@ namespace cachalloc {
 // is now retained: then nothing more is to be done.
 [[gnu::always_inline]] inline Block* CachingAllocator::count_free(Block* block) {
   const bool small = block->segment->small;
+  // (a held backup of the block's tag may lose its last block: pause_backup.cpp)
+  if (block->segment->tag != kUntagged) [[unlikely]] note_tagged_free(block);
   const auto bytes = static_cast<std::int64_t>(block->size);
   block->allocated = false;
   stats_.allocation.decrease(small, 1);

@@ -34,6 +34,7 @@ struct OomReport {
   std::size_t allocated = 0;           // bytes handed to the program
   std::size_t reserved = 0;            // bytes cachalloc holds in segments
   std::size_t largest_free_block = 0;  // largest cached free block
+  std::size_t tag_margin = 0;          // a tagged request's memory margin (set_tag_memory_margin), else 0
   StreamId stream = 0;
 };
 

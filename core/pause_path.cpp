@@ -51,6 +51,12 @@ void CachingAllocator::set_tag_backup(TagId tag, BackupMode mode) {
   tag_state(tag).backup = mode;
 }
 
+void CachingAllocator::set_tag_retain_backup(TagId tag, bool retain) {
+  if (tag == kUntagged) return;
+  std::lock_guard lock(mutex_);
+  tag_state(tag).retain = retain;  // read at the next resume (a retained backup stays until then)
+}
+
 std::string CachingAllocator::tag_failure(TagId tag) const {
   std::lock_guard lock(mutex_);
   auto it = tags_.find(tag);
@@ -94,7 +100,13 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
   if (!ts.paused) {
     if (ts.backup != BackupMode::none) {
       st = take_backup(tag, ts);
-      if (st != kSuccess) return st;
+      if (st != kSuccess) {
+        if (!ts.retain) release_host_buffer(ts);
+        return st;
+      }
+    } else {
+      drop_backup(ts);  // a backup retained from an earlier pause is stale from here
+      release_host_buffer(ts);
     }
     ts.paused = true;  // from here its mallocs are refused
   }
@@ -106,6 +118,7 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
     if (!any_paused) {  // nothing released: the tag runs on, as before the call
       ts.paused = false;
       drop_backup(ts);
+      if (!ts.retain) release_host_buffer(ts);
     }
     return st;
   }
@@ -149,7 +162,7 @@ Status CachingAllocator::resume(TagId tag, bool* no_op) {
     }
   }
   ts.paused = false;
-  drop_backup(ts);  // a backup file goes (its space with it); a host buffer stays for the next pause
+  settle_backup_after_resume(ts);  // a file goes (its space with it); a host buffer too, unless retained
   ++ts.resumes;
   ts.last_resume_seconds = seconds_since(t0);
   ts.resume_seconds += ts.last_resume_seconds;
@@ -288,7 +301,10 @@ std::vector<TagStats> CachingAllocator::tag_stats() const {
     s.backup_location = ts.backup_valid ? ts.location : BackupMode::none;
     s.backup_bytes = ts.backup_valid ? ts.backup_bytes : 0;
     s.backup_capacity = ts.host_capacity;
+    s.retain = ts.retain;
+    if (ts.retained && !ts.entries.empty()) s.retained_bytes = ts.entries.back().offset + ts.entries.back().size;
     s.disk_bytes = s.backup_location == BackupMode::disk ? s.backup_bytes : 0;
+    s.disk_files = ts.files.size();
     if (ts.backup == BackupMode::disk || s.backup_location == BackupMode::disk) s.staging_bytes = 2 * staging_half_;
     s.pauses = ts.pauses;
     s.resumes = ts.resumes;

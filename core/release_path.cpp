@@ -196,6 +196,7 @@ void CachingAllocator::report_oom(std::size_t requested, std::size_t rounded, St
   r.stream = stream;
   backend_->mem_info(&r.device_free, &r.device_total);
   r.allowed = allowed_bytes_;
+  r.tag_margin = serving_tag_ != kUntagged ? tag_memory_margin_ : 0;
   r.allocated = static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current);
   r.reserved = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
   for (BlockPool* pool : {&small_pool_, &large_pool_})

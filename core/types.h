@@ -36,9 +36,13 @@ using FenceId = std::uintptr_t;    // a backend's fence (backend.h)
 using TagId = std::uint32_t;
 inline constexpr TagId kUntagged = 0;
 // Where a tag's live blocks go while it is paused (docs/PAUSE.md): nowhere
-// (contents lost), pinned host memory, or a file.  The values are the C
-// API's (cachalloc_set_tag_backup).
-enum class BackupMode : std::uint8_t { none = 0, host = 1, disk = 2 };
+// (contents lost), pinned host memory, a file, or pageable host memory
+// (anonymous mmap: no pinning cost, reclaimable by the kernel, slower
+// copies; torch_memory_saver's "mmap" backend).  The values are the C API's
+// (cachalloc_set_tag_backup).
+enum class BackupMode : std::uint8_t { none = 0, host = 1, disk = 2, pageable = 3 };
+// Whether a backup of mode `m` lives in host memory (one buffer per tag).
+inline constexpr bool in_host_memory(BackupMode m) { return m == BackupMode::host || m == BackupMode::pageable; }
 
 inline constexpr std::size_t KiB = 1024;
 inline constexpr std::size_t MiB = 1024 * KiB;

@@ -308,13 +308,21 @@ void CachingAllocator::validate() const {
   check(held_ == nullptr || held_seen, "held block in no segment", 0);
   check(waits_named.empty(), "a pending list names a block of no segment",
         waits_named.empty() ? 0 : waits_named.begin()->first->ptr);
-  // A backup exists only while its tag is paused; a backup file only for a
+  // A backup exists only while its tag is paused (a retained host backup:
+  // only while it runs, with its buffer); a backup file only for a
   // disk backup with bytes in it (pause_backup.cpp).
   for (const auto& [tag, ts] : tags_) {
     check(!ts.backup_valid || ts.paused, "backup held by a running tag", tag);
-    check((ts.file >= 0) == (ts.backup_valid && ts.location == BackupMode::disk && ts.backup_bytes != 0),
+    check(!ts.files.empty() == (ts.backup_valid && ts.location == BackupMode::disk && ts.backup_bytes != 0),
           "backup file disagrees with the tag's backup", tag);
     check(ts.backup_valid || ts.location == BackupMode::none, "backup location without a backup", tag);
+    check(!ts.retained || (!ts.paused && !ts.backup_valid && ts.host != nullptr), "retained backup out of place", tag);
+    check(ts.backup_blocks.empty() || ts.backup_valid || ts.retained, "backup blocks without a backup", tag);
+    for (const auto& [ptr, id] : ts.backup_blocks) {
+      const Block* b = find_live(ptr);
+      check(b != nullptr && b->allocated && b->id == id && b->segment->tag == tag, "a backup names a block not live",
+            ptr);
+    }
   }
   check(free_in_pools == small_pool_.blocks.size() + large_pool_.blocks.size(),
         "a pool holds a block of no segment", 0);

@@ -205,26 +205,41 @@ int cachalloc_get_tag(char* buf, size_t len);
  * torch_memory_saver without a backup):
  *   CACHALLOC_BACKUP_NONE (0)  no backup
  *   CACHALLOC_BACKUP_HOST (1)  one pinned host buffer of the tag's size
- *   CACHALLOC_BACKUP_DISK (2)  a file without a name in CACHALLOC_CONF's
- *                              pause_backup_dir (default $TMPDIR, else /tmp),
- *                              through two pinned staging buffers of at most
- *                              64 MiB: for tags larger than the host memory
- *                              to spare.  Its failures (no directory, disk
- *                              full, I/O error) fail the pause with
+ *   CACHALLOC_BACKUP_DISK (2)  files in the backup directory (one nameless
+ *                              file, or named ones: one per block;
+ *                              CACHALLOC_CONF's pause_backup_dir, default
+ *                              $TMPDIR, else /tmp, or
+ *                              cachalloc_set_pause_backup_dir's), through
+ *                              two pinned staging buffers of at most 64 MiB:
+ *                              for tags larger than the host memory to spare.
+ *                              Their failures (no directory, disk full, I/O
+ *                              error) fail the pause with
  *                              CACHALLOC_ERROR_OPERATING_SYSTEM and an error
  *                              line saying why; the tag then runs on with its
- *                              contents.  The file is gone at the resume (or
- *                              when the process ends, however it ends).
+ *                              contents.  The files are gone at the resume;
+ *                              nameless ones also when the process ends,
+ *                              however it ends.
+ *   CACHALLOC_BACKUP_PAGEABLE (3) one pageable host buffer (an anonymous
+ *                              mapping: nothing pinned, reclaimable by the
+ *                              kernel; slower copies than pinned memory)
+ * A host buffer (HOST, PAGEABLE) is given back at the resume unless the tag
+ * retains it (cachalloc_set_tag_retain_backup).
  * Per tag; the last call wins (a backup taken is restored from where it was
- * taken).  CACHALLOC_ERROR_INVALID_VALUE: a bad or NULL name, another mode. */
+ * taken); a tag's variants keep their own (cachalloc_set_tag_with_backup).
+ * CACHALLOC_ERROR_INVALID_VALUE: a bad or NULL name, another mode. */
+#define CACHALLOC_BACKUP_TAG (-1)
 #define CACHALLOC_BACKUP_NONE 0
 #define CACHALLOC_BACKUP_HOST 1
 #define CACHALLOC_BACKUP_DISK 2
+#define CACHALLOC_BACKUP_PAGEABLE 3
 int cachalloc_set_tag_backup(const char* tag, int enable);
-/* Pauses `tag` (NULL: every tag) in every device context: synchronizes the
+/* Pauses `tag` and its variants (cachalloc_set_tag_with_backup; NULL: every
+ * tag but those cachalloc_set_tag_in_pause_all left out) in every device
+ * context: synchronizes the
  * device, takes the backup if asked, then unmaps and releases every physical
  * page of the tag's segments, cached free blocks included; the addresses
- * stay reserved.  While paused, an allocation in the tag fails with
+ * stay reserved.  A name's tags are paused one after the other: on an error
+ * those paused stay paused.  While paused, an allocation in the tag fails with
  * CUDA_ERROR_OUT_OF_MEMORY (and a warning naming the tag); freeing its
  * blocks works and touches no memory.  A second pause is a no-op (warning).
  * On error the tag is consistent (see docs/PAUSE.md) and nothing exits.
@@ -233,8 +248,10 @@ int cachalloc_set_tag_backup(const char* tag, int enable);
  *   CACHALLOC_ERROR_OPERATING_SYSTEM           a disk backup's file failed
  *   a driver error of the first context that failed */
 int cachalloc_pause(const char* tag);
-/* Maps new physical pages at every paused address of `tag` (NULL: every
- * tag) and restores the backup.  A second resume is a no-op (warning).
+/* Maps new physical pages at every paused address of `tag` (NULL: as
+ * cachalloc_pause) and restores the backup; a host backup's memory is then
+ * given back unless the tag retains it (cachalloc_set_tag_retain_backup),
+ * disk backup files removed.  A second resume is a no-op (warning).
  *   CACHALLOC_ERROR_OUT_OF_MEMORY  the device has not enough free memory:
  *                                  the tag stays paused, resumable later
  *   CACHALLOC_ERROR_OPERATING_SYSTEM reading a disk backup failed: the tag
@@ -243,6 +260,80 @@ int cachalloc_pause(const char* tag);
 int cachalloc_resume(const char* tag);
 /* 1 when `tag` is paused in some context, 0 when not, negative on a bad name. */
 int cachalloc_tag_paused(const char* tag);
+
+/* A backup mode per allocation (torch_memory_saver's regions decide it per
+ * allocation; cachalloc_set_tag_backup per tag): sets the calling thread's
+ * tag as cachalloc_set_tag does, with its allocations from now on backed up
+ * as `backup` (CACHALLOC_BACKUP_NONE .. _PAGEABLE) whatever the tag's own
+ * mode.  They go to a variant of the tag: a tag of its own, reported as
+ * NAME+MODE ("weights+host"), paused, resumed and queried with the name.
+ * CACHALLOC_BACKUP_TAG (-1): the tag's own mode (= cachalloc_set_tag).
+ *   CACHALLOC_ERROR_INVALID_VALUE  a bad name, another mode, or a mode with
+ *                                  NULL/"" (untagged) */
+int cachalloc_set_tag_with_backup(const char* tag, int backup);
+/* The calling thread's tag ("" untagged) as cachalloc_get_tag, and in
+ * *backup its allocations' backup mode (CACHALLOC_BACKUP_TAG when the tag's
+ * own), or CACHALLOC_TAG_PROCESS when the thread has set no tag (the
+ * process's, CACHALLOC_CONF tag:, applies; buf names it).  What it answers
+ * given back to cachalloc_set_tag_with_backup restores the thread's state
+ * exactly: CACHALLOC_TAG_PROCESS there drops the thread's own tag (the name
+ * is then ignored), so that the process's applies again, also once the
+ * configuration is read (cachalloc_set_tag(NULL) would make it untagged).
+ * CACHALLOC_ERROR_INVALID_VALUE: buf or backup NULL, buf too small. */
+#define CACHALLOC_TAG_PROCESS (-2)
+int cachalloc_get_tag_with_backup(char* buf, size_t len, int* backup);
+
+/* Whether a host backup (HOST, PAGEABLE) of `tag` outlives its resume
+ * (retain 1) or is given back then (0, the default: the process's host
+ * memory drops by the backup).  Read at each resume.  A retained backup
+ * holds the contents of the last pause (cachalloc_get_backup_pointer) and
+ * is refilled in place by the next pause; cachalloc_empty_cache gives back
+ * one whose blocks were all freed.  tag NULL: every tag, those named later
+ * too (each tag's own setting goes); torch_memory_saver's retain_cpu_backup.
+ *   CACHALLOC_ERROR_INVALID_VALUE  a bad name or "", retain not 0 or 1 */
+int cachalloc_set_tag_retain_backup(const char* tag, int retain);
+/* 1 or 0 as set for `tag` (NULL: the default of every tag), negative on a
+ * bad name. */
+int cachalloc_get_tag_retain_backup(const char* tag);
+/* *host = where a host backup holds the bytes [ptr, ptr+size) of a live
+ * block now: while its tag is paused with a HOST or PAGEABLE backup, or
+ * after the resume while the backup is retained; NULL (and success) when
+ * none does (untagged memory, no backup, a disk backup, given back).  The
+ * memory is cachalloc's: read it before the tag's next resume (or, retained,
+ * its next pause); torch_memory_saver's get_cpu_backup.
+ *   CACHALLOC_ERROR_INVALID_VALUE    host NULL, or the range is not inside
+ *                                    one live block of cachalloc's
+ *   CACHALLOC_ERROR_NOT_INITIALIZED  nothing served yet */
+int cachalloc_get_backup_pointer(const void* ptr, size_t size, void** host);
+/* Where the files of disk backups go from the next pause on: `dir` (NULL or
+ * "": CACHALLOC_CONF's pause_backup_dir again), and whether they have names
+ * there (named 1: one file per block, as torch_memory_saver keeps one per
+ * allocation, cachalloc-backup-PID-XXXXXX, mode 0600, visible to ls and du
+ * while the tag is paused, removed at its resume, left behind if the
+ * process is killed; 0: one nameless file per tag, the default).  The directory must exist
+ * at the pause (else the pause fails, as for pause_backup_dir).  Works
+ * before cachalloc has served anything; torch_memory_saver's
+ * set_disk_backup_dir.
+ *   CACHALLOC_ERROR_INVALID_VALUE  named not 0 or 1 */
+int cachalloc_set_pause_backup_dir(const char* dir, int named);
+/* cachalloc_empty_cache for one tag (and its variants), every device: the
+ * tag's cached free memory goes back to the device; other tags and
+ * untagged memory keep their cache.  torch_memory_saver's disable() uses
+ * it on the tag of its region when the region ends.
+ *   CACHALLOC_ERROR_INVALID_VALUE              a bad name, NULL or ""
+ *   CACHALLOC_ERROR_STREAM_CAPTURE_UNSUPPORTED a capture is in flight */
+int cachalloc_empty_tag_cache(const char* tag);
+/* Whether cachalloc_pause(NULL) / cachalloc_resume(NULL) take `tag` (1, the
+ * default) or leave it alone (0: it is paused only by name).
+ *   CACHALLOC_ERROR_INVALID_VALUE  a bad name, NULL or "", not 0 or 1 */
+int cachalloc_set_tag_in_pause_all(const char* tag, int included);
+/* A tagged allocation that needs new device memory fails with
+ * CUDA_ERROR_OUT_OF_MEMORY when the device would be left with less than
+ * `bytes` free (after the usual release of cached memory and retry), on
+ * every device; 0 (the default) removes the margin.  A block from the tag's
+ * cache takes nothing from the device and is served.  Untagged allocations
+ * have no margin.  torch_memory_saver's memory_margin_bytes. */
+int cachalloc_set_memory_margin(size_t bytes);
 
 /* ------------------------------------------------------------------------
  * PyTorch's pluggable allocator ABI.

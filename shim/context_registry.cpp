@@ -9,6 +9,7 @@
 #include "obs/process_observer.h"
 #include "process_state.h"
 #include "stream_ids.h"
+#include "tags.h"
 
 namespace cachalloc::shim {
 namespace {
@@ -109,6 +110,7 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
   if (unseen_link_imports()) order_.note_unseen_streams(true);
+  apply_tag_settings(*allocator_);  // (cachalloc_set_memory_margin may come before any context)
 }
 
 void ContextState::retire() {

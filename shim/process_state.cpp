@@ -126,11 +126,13 @@ void initialize() {
     return;
   }
   g_time_wrappers.store(config_storage().stats.empty() ? 0 : 1, std::memory_order_relaxed);
+  const std::vector<std::string> tms_warnings = apply_tms_env(config_storage());
   apply_config_tag(config_storage());
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
   start_observability(config_storage());
   report_config_errors(config_errors_storage());
+  for (const std::string& w : tms_warnings) obs::logger().warn("{} (docs/PAUSE.md)", w);
   // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
   // pluggable ABI and the control API do (load_mode.h).
   const Mode m = interception_wanted() ? Mode::active : Mode::passive;

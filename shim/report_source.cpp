@@ -93,7 +93,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
       d.device_total = ctx->device_total();
       d.context_destroyed = !ctx->alive();
       if (with_segments) d.segments = ctx->allocator().snapshot();
-      for (const TagStats& t : ctx->allocator().tag_stats()) d.tags.push_back({shim::tag_name(t.tag), t});
+      for (const TagStats& t : ctx->allocator().tag_stats()) d.tags.push_back({shim::tag_display_name(t.tag), t});
       report.devices.push_back(std::move(d));
     }
     shim::copy_counters(&report);

@@ -1,9 +1,10 @@
-// tags.cpp — tag names, the thread's tag, and the tagged allocation path
-// (tags.h).
+// tags.cpp — tag names and their variants, per-tag settings, the thread's
+// tag, and the tagged allocation path (tags.h).
 #include "tags.h"
 
 #include <cctype>
 #include <mutex>
+#include <optional>
 
 #include "log.h"
 
@@ -14,15 +15,38 @@ std::atomic<TagId> detail::g_process_tag{0};
 
 namespace {
 
+// One tag id: a named tag, or a variant of one (a name with a backup mode
+// of its own, tag_variant).  Per-name settings (retain, pause-all) live on
+// the named tag's entry.
+struct TagEntry {
+  std::string name;
+  TagId base = 0;           // the named tag's id (its own for a named tag)
+  bool variant = false;
+  BackupMode backup = BackupMode::none;  // a variant's is fixed
+  std::optional<bool> retain;            // unset: the process default
+  bool in_pause_all = true;
+};
+
 struct Registry {
   std::mutex mutex;
-  std::vector<std::string> names;  // id i+1 is names[i]
-  std::vector<BackupMode> backup;
+  std::vector<TagEntry> tags;  // id i+1 is tags[i]
+  // torch_memory_saver's TMS_RETAIN_CPU_BACKUP, read when the first tag
+  // call is made, as TMS reads it when its first call is made.
+  bool default_retain = tms_env_bool("TMS_RETAIN_CPU_BACKUP").value_or(false);
 };
 
 Registry& registry() {
   static Registry* r = new Registry;  // never destroyed: used until exit
   return *r;
+}
+
+const char* backup_mode_word(BackupMode m) {
+  switch (m) {
+    case BackupMode::host: return "host";
+    case BackupMode::pageable: return "pageable";
+    case BackupMode::disk: return "disk";
+    default: return "none";
+  }
 }
 
 bool valid_name(const char* name) {
@@ -47,24 +71,62 @@ TagId tag_id(const char* name) {
   if (!valid_name(name)) return kBadTag;
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  for (std::size_t i = 0; i < r.names.size(); ++i)
-    if (r.names[i] == name) return static_cast<TagId>(i + 1);
-  r.names.emplace_back(name);
-  r.backup.push_back(BackupMode::none);
-  return static_cast<TagId>(r.names.size());
+  for (std::size_t i = 0; i < r.tags.size(); ++i)
+    if (!r.tags[i].variant && r.tags[i].name == name) return static_cast<TagId>(i + 1);
+  const auto id = static_cast<TagId>(r.tags.size() + 1);
+  r.tags.push_back(TagEntry{.name = name, .base = id});
+  return id;
+}
+
+TagId tag_variant(TagId base, BackupMode backup) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (base < 1 || base > r.tags.size() || r.tags[base - 1].variant) return kBadTag;
+  for (std::size_t i = 0; i < r.tags.size(); ++i)
+    if (r.tags[i].variant && r.tags[i].base == base && r.tags[i].backup == backup) return static_cast<TagId>(i + 1);
+  r.tags.push_back(TagEntry{.name = r.tags[base - 1].name, .base = base, .variant = true, .backup = backup});
+  return static_cast<TagId>(r.tags.size());
 }
 
 std::string tag_name(TagId id) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  return id >= 1 && id <= r.names.size() ? r.names[id - 1] : std::string();
+  return id >= 1 && id <= r.tags.size() ? r.tags[id - 1].name : std::string();
+}
+
+std::string tag_display_name(TagId id) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (id < 1 || id > r.tags.size()) return std::string();
+  const TagEntry& e = r.tags[id - 1];
+  return e.variant ? e.name + "+" + backup_mode_word(e.backup) : e.name;
+}
+
+TagId tag_base(TagId id, BackupMode* fixed, bool* is_variant) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (id < 1 || id > r.tags.size()) return kUntagged;
+  const TagEntry& e = r.tags[id - 1];
+  if (fixed != nullptr) *fixed = e.backup;
+  if (is_variant != nullptr) *is_variant = e.variant;
+  return e.base;
 }
 
 std::vector<TagId> all_tags() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   std::vector<TagId> out;
-  for (std::size_t i = 0; i < r.names.size(); ++i) out.push_back(static_cast<TagId>(i + 1));
+  for (std::size_t i = 0; i < r.tags.size(); ++i)
+    if (r.tags[r.tags[i].base - 1].in_pause_all) out.push_back(static_cast<TagId>(i + 1));
+  return out;
+}
+
+std::vector<TagId> tag_and_variants(TagId base) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<TagId> out;
+  for (std::size_t i = 0; i < r.tags.size(); ++i)
+    if (r.tags[i].base == base) out.push_back(static_cast<TagId>(i + 1));
   return out;
 }
 
@@ -73,13 +135,37 @@ void set_thread_tag(TagId id) { detail::t_tag = id == kUntagged ? detail::kExpli
 void set_tag_backup(TagId id, BackupMode backup) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  if (id >= 1 && id <= r.backup.size()) r.backup[id - 1] = backup;
+  if (id >= 1 && id <= r.tags.size() && !r.tags[id - 1].variant) r.tags[id - 1].backup = backup;
 }
 
 BackupMode tag_backup(TagId id) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  return id >= 1 && id <= r.backup.size() ? r.backup[id - 1] : BackupMode::none;
+  return id >= 1 && id <= r.tags.size() ? r.tags[id - 1].backup : BackupMode::none;
+}
+
+void set_tag_retain(TagId id, bool retain) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (id == kUntagged) {  // every tag, those named later too
+    r.default_retain = retain;
+    for (TagEntry& e : r.tags) e.retain.reset();
+  } else if (id <= r.tags.size()) {
+    r.tags[r.tags[id - 1].base - 1].retain = retain;
+  }
+}
+
+bool tag_retain(TagId id) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (id < 1 || id > r.tags.size()) return r.default_retain;
+  return r.tags[r.tags[id - 1].base - 1].retain.value_or(r.default_retain);
+}
+
+void set_tag_in_pause_all(TagId id, bool included) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (id >= 1 && id <= r.tags.size()) r.tags[r.tags[id - 1].base - 1].in_pause_all = included;
 }
 
 void apply_config_tag(const Config& config) {

@@ -77,9 +77,14 @@ void repeated_ooms_array(JsonWriter& w, const ProcessReport& r) {
   w.end_array();
 }
 
-// "none", "host" or "disk": where a tag's backups go, or where one lives.
+// "none", "host", "pageable" or "disk": where a tag's backups go, or where one lives.
 const char* backup_mode_name(BackupMode m) {
-  return m == BackupMode::disk ? "disk" : m == BackupMode::host ? "host" : "none";
+  switch (m) {
+    case BackupMode::host: return "host";
+    case BackupMode::pageable: return "pageable";
+    case BackupMode::disk: return "disk";
+    default: return "none";
+  }
 }
 
 // Per tag: bytes, pause/resume counts and times (docs/PAUSE.md).
@@ -100,7 +105,10 @@ void tags_object(JsonWriter& w, const DeviceReport& d) {
     w.field("backup_location", backup_mode_name(s.backup_location));
     w.field("backup_bytes", static_cast<std::uint64_t>(s.backup_bytes));
     w.field("backup_capacity_bytes", static_cast<std::uint64_t>(s.backup_capacity));
+    w.field("retain_backup", s.retain);
+    w.field("backup_retained_bytes", static_cast<std::uint64_t>(s.retained_bytes));
     w.field("backup_disk_bytes", static_cast<std::uint64_t>(s.disk_bytes));
+    w.field("backup_disk_files", static_cast<std::uint64_t>(s.disk_files));
     w.field("backup_staging_bytes", static_cast<std::uint64_t>(s.staging_bytes));
     w.field("num_pauses", s.pauses);
     w.field("num_resumes", s.resumes);

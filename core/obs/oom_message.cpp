@@ -85,6 +85,13 @@ std::string reason_and_remedy(int device, const OomReport& r) {
         "{} segment would exceed it (the device itself still has {} free). Free memory the program no longer "
         "needs, or raise per_process_memory_fraction in CACHALLOC_CONF.",
         human(r.allowed), human(r.reserved), human(segment), human(r.device_free));
+  if (r.tag_margin != 0 && (r.device_free < segment || r.device_free - segment < r.tag_margin))
+    return obs::format(
+        "A pausable (tagged) allocation must leave the memory margin free ({}, cachalloc_set_memory_margin / "
+        "memory_margin_bytes), and a new {} segment would leave {} of the device's {} free. Free memory the "
+        "program no longer needs, pause a tag, or lower the margin.",
+        human(r.tag_margin), human(segment), human(r.device_free > segment ? r.device_free - segment : 0),
+        human(r.device_free));
   if (r.device_free >= segment)
     return obs::format(
         "The driver refused a {} segment although it reports {} free (its free memory may be fragmented, or "

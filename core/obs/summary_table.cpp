@@ -127,7 +127,7 @@ std::string tag_table(const DeviceReport& d) {
   std::string out = boxed(obs::format(" {:<74}", obs::format("Tags of device {} (docs/PAUSE.md)", d.device)));
   out += rule('-');
   auto row = [&](std::string_view text) { out += boxed(obs::format("{:<75.75}", text)); };
-  // "in": where the backup is (host memory or disk), else where the tag's
+  // "in": where the backup is (host: pinned, page: pageable, or disk), else where the tag's
   // pauses put it ("-": no backup).
   row(obs::format(" {:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", "tag", "state", "reserved", "allocated",
                   "paused", "backup", "in", "pau/res"));
@@ -137,7 +137,10 @@ std::string tag_table(const DeviceReport& d) {
     row(obs::format(" {:<12.12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>4} {:>8}", t.name, s.paused ? "paused" : "running",
                     short_size(s.reserved_bytes), short_size(s.allocated_bytes), short_size(s.paused_bytes),
                     short_size(s.backup_bytes),
-                    where == BackupMode::disk ? "disk" : where == BackupMode::host ? "host" : "-",
+                    where == BackupMode::disk       ? "disk"
+                    : where == BackupMode::host     ? "host"
+                    : where == BackupMode::pageable ? "page"
+                                                    : "-",
                     obs::format("{}/{}", s.pauses, s.resumes)));
   }
   std::size_t staging = 0;

@@ -120,6 +120,7 @@ _lock = threading.Lock()
 _lib = None
 _lib_path = None
 _torch_allocators = {}  # path -> torch CUDAPluggableAllocator (one per library: torch keeps it alive)
+_torch_swapped = False  # use_with_torch() made cachalloc PyTorch's allocator (every tensor reaches it)
 
 
 def _loaded_library_path():
@@ -415,8 +416,10 @@ def use_with_torch(path=None, hooks=True, patch=True, oom_error=True):
     Returns the allocator."""
     import torch
 
+    global _torch_swapped
     allocator = pluggable_allocator(path, hooks, oom_error)
     torch.cuda.memory.change_current_allocator(allocator)
+    _torch_swapped = True
     if patch:
         patch_torch()
     return allocator
@@ -468,6 +471,9 @@ def use_mem_pool(pool=None, device=None):
 # Tags, pause and resume (docs/PAUSE.md); the torch_memory_saver drop-in is
 # cachalloc.memory_saver.torch_memory_saver.
 from .memory_saver import (region, pause, resume, set_tag, get_tag, tag_paused,  # noqa: E402
-                           set_tag_backup)
+                           set_tag_backup, set_tag_retain_backup, get_tag_retain_backup, backup_pointer,
+                           set_pause_backup_dir, empty_tag_cache, set_tag_in_pause_all, set_memory_margin)
 
-__all__ += ["region", "pause", "resume", "set_tag", "get_tag", "tag_paused", "set_tag_backup"]
+__all__ += ["region", "pause", "resume", "set_tag", "get_tag", "tag_paused", "set_tag_backup",
+            "set_tag_retain_backup", "get_tag_retain_backup", "backup_pointer", "set_pause_backup_dir",
+            "empty_tag_cache", "set_tag_in_pause_all", "set_memory_margin"]

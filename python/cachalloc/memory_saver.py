@@ -15,7 +15,8 @@ A drop-in for torch_memory_saver (TMS) users: change one import,
     with torch_memory_saver.region(tag="weights", enable_cpu_backup=True): ...
     torch_memory_saver.pause("kv_cache"); torch_memory_saver.resume()
 
-What differs from TMS is in docs/PAUSE.md ("For torch_memory_saver users").
+(cachalloc.tms_compat, re-exported here with configure_subprocess).  What
+differs from TMS is in docs/PAUSE.md ("For torch_memory_saver users").
 cachalloc must serve the allocations: LD_PRELOAD=libcachalloc.so (the
 ``cachalloc`` launcher) with PYTORCH_NO_CUDA_MEMORY_CACHING=1, or
 cachalloc.use_with_torch() (pluggable allocator).  Under LD_PRELOAD with
@@ -28,15 +29,41 @@ import contextlib
 import ctypes
 import os
 import threading
-import warnings
 
-from . import CachallocError, ERROR_INVALID_VALUE, SUCCESS, load
+from . import CachallocError, ERROR_INVALID_VALUE, ERROR_NOT_INITIALIZED, SUCCESS, load
 
 __all__ = ["region", "pause", "resume", "set_tag", "get_tag", "tag_paused", "set_tag_backup",
-           "TorchMemorySaver", "torch_memory_saver"]
+           "set_tag_retain_backup", "get_tag_retain_backup", "backup_pointer", "set_pause_backup_dir",
+           "empty_tag_cache", "set_tag_in_pause_all", "set_memory_margin",
+           "TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
+
+# include/cachalloc.h's CACHALLOC_BACKUP_* and CACHALLOC_TAG_PROCESS.
+BACKUP_TAG, BACKUP_NONE, BACKUP_HOST, BACKUP_DISK, BACKUP_PAGEABLE = -1, 0, 1, 2, 3
+TAG_PROCESS = -2
 
 _protos_lock = threading.Lock()
 _declared = False
+
+_c_int, _c_char_p, _c_size_t, _c_void_p = ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p
+# (name, restype, argtypes, required): the later ones arrived with issue 35;
+# calling one a library lacks raises.
+_PROTOS = (
+    ("cachalloc_set_tag", _c_int, [_c_char_p], True),
+    ("cachalloc_get_tag", _c_int, [_c_char_p, _c_size_t], True),
+    ("cachalloc_set_tag_backup", _c_int, [_c_char_p, _c_int], True),
+    ("cachalloc_pause", _c_int, [_c_char_p], True),
+    ("cachalloc_resume", _c_int, [_c_char_p], True),
+    ("cachalloc_tag_paused", _c_int, [_c_char_p], True),
+    ("cachalloc_set_tag_with_backup", _c_int, [_c_char_p, _c_int], False),
+    ("cachalloc_get_tag_with_backup", _c_int, [_c_char_p, _c_size_t, ctypes.POINTER(_c_int)], False),
+    ("cachalloc_set_tag_retain_backup", _c_int, [_c_char_p, _c_int], False),
+    ("cachalloc_get_tag_retain_backup", _c_int, [_c_char_p], False),
+    ("cachalloc_get_backup_pointer", _c_int, [_c_void_p, _c_size_t, ctypes.POINTER(_c_void_p)], False),
+    ("cachalloc_set_pause_backup_dir", _c_int, [_c_char_p, _c_int], False),
+    ("cachalloc_empty_tag_cache", _c_int, [_c_char_p], False),
+    ("cachalloc_set_tag_in_pause_all", _c_int, [_c_char_p, _c_int], False),
+    ("cachalloc_set_memory_margin", _c_int, [_c_size_t], False),
+)
 
 
 def _lib():
@@ -44,29 +71,33 @@ def _lib():
     lib = load()
     with _protos_lock:
         if not _declared:
-            for name, restype, argtypes in (
-                    ("cachalloc_set_tag", ctypes.c_int, [ctypes.c_char_p]),
-                    ("cachalloc_get_tag", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
-                    ("cachalloc_set_tag_backup", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
-                    ("cachalloc_pause", ctypes.c_int, [ctypes.c_char_p]),
-                    ("cachalloc_resume", ctypes.c_int, [ctypes.c_char_p]),
-                    ("cachalloc_tag_paused", ctypes.c_int, [ctypes.c_char_p])):
+            for name, restype, argtypes, required in _PROTOS:
                 fn = getattr(lib, name, None)
                 if fn is None:
-                    raise CachallocError(name, ERROR_INVALID_VALUE, "this libcachalloc.so predates tags")
+                    if required:
+                        raise CachallocError(name, ERROR_INVALID_VALUE, "this libcachalloc.so predates tags")
+                    continue
                 fn.restype, fn.argtypes = restype, argtypes
             _declared = True
     return lib
+
+
+def _fn(name):
+    fn = getattr(_lib(), name, None)
+    if fn is None:
+        raise CachallocError(name, ERROR_INVALID_VALUE, "this libcachalloc.so predates it (issue 35)")
+    return fn
 
 
 def _name(tag):
     return None if tag is None else str(tag).encode()
 
 
-def _call(function, *args):
-    code = getattr(_lib(), function)(*args)
-    if code != SUCCESS:
+def _call(function, *args, allow=()):
+    code = _fn(function)(*args)
+    if code != SUCCESS and code not in allow:
         raise CachallocError(function, code)
+    return code
 
 
 def set_tag(tag):
@@ -81,27 +112,100 @@ def get_tag():
     return buf.value.decode()
 
 
-_BACKUP_MODES = {"none": 0, "host": 1, "cpu": 1, "disk": 2}
+def _thread_tag_state():
+    """(tag, mode) of the calling thread, for _set_thread_tag_state to restore:
+    mode TAG_PROCESS when the thread set no tag, BACKUP_TAG when its
+    allocations follow the tag's own backup, else their own (a variant)."""
+    buf = ctypes.create_string_buffer(64)
+    mode = ctypes.c_int(BACKUP_TAG)
+    _call("cachalloc_get_tag_with_backup", buf, 64, ctypes.byref(mode))
+    return buf.value.decode(), mode.value
+
+
+def _set_thread_tag_state(tag, mode):
+    """The calling thread's tag, its allocations backed up as `mode`
+    (BACKUP_TAG: the tag's own; TAG_PROCESS: no tag of its own)."""
+    _call("cachalloc_set_tag_with_backup", _name(tag or ""), mode)
+
+
+_BACKUP_MODES = {"none": BACKUP_NONE, "host": BACKUP_HOST, "cpu": BACKUP_HOST, "pinned": BACKUP_HOST,
+                 "disk": BACKUP_DISK, "pageable": BACKUP_PAGEABLE, "mmap": BACKUP_PAGEABLE}
 
 
 def _backup_mode(mode):
-    """C's CACHALLOC_BACKUP_* for True/False/None or "none"/"host"/"disk"."""
+    """C's CACHALLOC_BACKUP_* for True/False/None or "none"/"host"/"pageable"/"disk"."""
     if isinstance(mode, str):
         try:
             return _BACKUP_MODES[mode.lower()]
         except KeyError:
             raise CachallocError("set_tag_backup", ERROR_INVALID_VALUE,
-                                 "backup mode %r: expected True, False, 'host', 'disk' or 'none'" % (mode,)) from None
-    return 1 if mode else 0
+                                 "backup mode %r: expected True, False, 'host', 'pageable', 'disk' or 'none'"
+                                 % (mode,)) from None
+    return BACKUP_HOST if mode else BACKUP_NONE
 
 
 def set_tag_backup(tag, enable=True):
     """Where pause(tag) copies the tag's live memory: True or "host" (pinned
-    host memory), "disk" (a nameless file in CACHALLOC_CONF's
-    pause_backup_dir, default $TMPDIR or /tmp, through a small pinned
+    host memory), "pageable" (pageable host memory: nothing pinned, slower
+    copies), "disk" (files in CACHALLOC_CONF's pause_backup_dir, default
+    $TMPDIR or /tmp, or set_pause_backup_dir's, through a small pinned
     staging buffer: for tags larger than the host memory to spare), False
-    or "none" (no backup: contents are lost at pause)."""
+    or "none" (no backup: contents are lost at pause).  A host backup is
+    given back at the resume unless the tag retains it."""
     _call("cachalloc_set_tag_backup", _name(tag), _backup_mode(enable))
+
+
+def set_tag_retain_backup(tag=None, retain=True):
+    """Whether the tag's host backup outlives its resume (tag None: every
+    tag).  Read at each resume; a retained backup holds the contents of the
+    pause (backup_pointer) and is refilled in place by the next pause."""
+    _call("cachalloc_set_tag_retain_backup", _name(tag), 1 if retain else 0)
+
+
+def get_tag_retain_backup(tag=None):
+    code = _fn("cachalloc_get_tag_retain_backup")(_name(tag))
+    if code < 0:
+        raise CachallocError("cachalloc_get_tag_retain_backup", -code)
+    return code == 1
+
+
+def backup_pointer(ptr, size):
+    """The host address where a host backup holds device bytes [ptr,
+    ptr+size) now (paused with a host backup, or retained after the
+    resume), or None.  Raises CachallocError for memory cachalloc did not
+    serve."""
+    host = ctypes.c_void_p()
+    _call("cachalloc_get_backup_pointer", ctypes.c_void_p(int(ptr)), int(size), ctypes.byref(host))
+    return host.value
+
+
+def set_pause_backup_dir(path, named=False):
+    """Disk backups go to `path` from the next pause on (None: the
+    configured pause_backup_dir again); named=True gives their files names
+    there (visible to ls and du while paused, removed at the resume)."""
+    _call("cachalloc_set_pause_backup_dir", None if path is None else os.fsencode(path), 1 if named else 0)
+
+
+def empty_tag_cache(tag):
+    """Gives the tag's cached free memory back to the device (every device);
+    other tags and untagged memory keep their cache.  Nothing to do before
+    cachalloc has served anything."""
+    _call("cachalloc_empty_tag_cache", _name(tag), allow=(ERROR_NOT_INITIALIZED,))
+
+
+def set_tag_in_pause_all(tag, included=True):
+    """Whether pause()/resume() without a tag take `tag` (default True)."""
+    _call("cachalloc_set_tag_in_pause_all", _name(tag), 1 if included else 0)
+
+
+def set_memory_margin(nbytes):
+    """A tagged allocation that needs new device memory fails (out of
+    memory) when the device would be left with less than `nbytes` free; 0
+    removes the margin."""
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError("memory margin must be >= 0, not %d" % nbytes)
+    _call("cachalloc_set_memory_margin", nbytes)
 
 
 def pause(tag=None):
@@ -127,21 +231,28 @@ def tag_paused(tag):
 _pools = {}  # tag -> torch.cuda.MemPool (kept alive: its segments belong to the tag)
 
 
-def _torch_pool(tag):
-    """A private torch.cuda.MemPool for `tag` when PyTorch's own caching
-    allocator serves tensors (it would otherwise mix tags in its cache), else None."""
+def _torch_cache_in_front():
+    """Whether PyTorch's own caching allocator serves tensors above a
+    preloaded cachalloc (it would mix tags in its cache: regions then
+    allocate from a private torch.cuda.MemPool per tag)."""
     import sys
-    from . import _torch_allocators
+    from . import _torch_swapped
     torch = sys.modules.get("torch")
-    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or _torch_allocators:
-        return None  # every tensor reaches cachalloc (no PyTorch cache), or the pluggable allocator
+    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or _torch_swapped:
+        return False  # every tensor reaches cachalloc (no PyTorch cache), or the pluggable allocator
     try:
         backend = torch.cuda.memory.get_allocator_backend() if hasattr(torch.cuda.memory, "get_allocator_backend") \
             else torch.cuda.get_allocator_backend()
     except Exception:  # noqa: BLE001 - an old torch: assume its own allocator
         backend = "native"
-    if backend != "native" or not hasattr(torch.cuda, "MemPool"):
-        return None  # the pluggable allocator: every tensor reaches cachalloc
+    return backend == "native" and hasattr(torch.cuda, "MemPool")
+
+
+def _torch_pool(tag):
+    """region()'s private torch.cuda.MemPool for `tag` where PyTorch's cache is in front, else None."""
+    if not _torch_cache_in_front():
+        return None
+    import torch
     pool = _pools.get(tag)
     if pool is None:
         pool = _pools[tag] = torch.cuda.MemPool()
@@ -149,86 +260,33 @@ def _torch_pool(tag):
 
 
 @contextlib.contextmanager
+def _in_pool(pool):
+    if pool is None:
+        yield
+        return
+    import torch
+    with torch.cuda.use_mem_pool(pool):
+        yield
+
+
+@contextlib.contextmanager
 def region(tag, cpu_backup=False):
     """Allocations of this thread inside the block belong to `tag`.
     cpu_backup: True (or "host") backs the tag up in pinned host memory at
-    its pauses, "disk" in a file (set_tag_backup); False leaves the tag's
-    backup as it was set before."""
+    its pauses, "pageable" in pageable host memory, "disk" in files
+    (set_tag_backup); False leaves the tag's backup as it was set before."""
     if not tag:
         raise CachallocError("region", ERROR_INVALID_VALUE, "a region needs a tag name")
     if cpu_backup:
         set_tag_backup(tag, cpu_backup)
-    previous = get_tag()
+    previous = _thread_tag_state()
     set_tag(tag)
     try:
-        pool = _torch_pool(tag)
-        if pool is None:
+        with _in_pool(_torch_pool(tag)):
             yield
-        else:
-            import torch
-            with torch.cuda.use_mem_pool(pool):
-                yield
     finally:
-        set_tag(previous)
+        _set_thread_tag_state(*previous)
 
 
-class TorchMemorySaver:
-    """torch_memory_saver's singleton API over cachalloc's tags."""
-
-    def __init__(self):
-        self._disabled = threading.local()
-
-    @contextlib.contextmanager
-    def region(self, tag="default", enable_cpu_backup=False, enable_disk_backup=False, **other):
-        # enable_disk_backup: the backup goes to a file (docs/PAUSE.md), and
-        # wins over enable_cpu_backup (a caller who asks for disk wants to
-        # spare host memory).  TMS options cachalloc has no equivalent for
-        # (cpu_backup_backend, ...) are named in a warning.
-        if other:
-            warnings.warn("cachalloc.memory_saver: ignored torch_memory_saver options: %s (docs/PAUSE.md)"
-                          % ", ".join(sorted(other)), RuntimeWarning, stacklevel=3)
-        if getattr(self._disabled, "on", False):
-            yield
-            return
-        with region(tag, cpu_backup="disk" if enable_disk_backup else enable_cpu_backup):
-            yield
-
-    @contextlib.contextmanager
-    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", tag="cuda_graph",
-                   enable_cpu_backup=False):
-        """TMS's graph capture inside a region: the graph's memory gets `tag`."""
-        import torch
-        with self.region(tag, enable_cpu_backup=enable_cpu_backup):
-            with torch.cuda.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
-                yield
-
-    @contextlib.contextmanager
-    def disable(self):
-        """Allocations inside are untagged, even inside a region."""
-        self._disabled.on = True
-        previous = get_tag()
-        set_tag("")
-        try:
-            yield
-        finally:
-            set_tag(previous)
-            self._disabled.on = False
-
-    def pause(self, tag=None):
-        pause(tag)
-
-    def resume(self, tag=None):
-        resume(tag)
-
-    @property
-    def enabled(self):
-        return True
-
-    # TMS keeps these; here they are accepted and have no effect.
-    memory_margin_bytes = 0
-
-    def set_memory_margin_bytes(self, value):
-        self.memory_margin_bytes = value
-
-
-torch_memory_saver = TorchMemorySaver()
+# torch_memory_saver's API (TMS's semantics, tms_compat.py).
+from .tms_compat import TorchMemorySaver, torch_memory_saver, configure_subprocess  # noqa: E402

@@ -454,6 +454,28 @@ class FakeBackend final : public DeviceBackend {
     live_host_bytes_ -= host_sizes_.at(p);
     host_sizes_.erase(p);
   }
+  // Pageable backups (BackupMode::pageable): real anonymous mappings
+  // (DeviceBackend's), counted and failed on cue like host_alloc.
+  Status pageable_alloc(std::size_t size, void** out) override {
+    if (fault()) return kOutOfMemory;
+    const Status st = DeviceBackend::pageable_alloc(size, out);
+    if (st != kSuccess) return st;
+    pageable_sizes_[*out] = size;
+    return kSuccess;
+  }
+  void pageable_free(void* p, std::size_t size) override {
+    check_no_copy_on_host(p, size, "pageable_free of a buffer");
+    if (pageable_sizes_.count(p) == 0 || pageable_sizes_.at(p) != size)
+      throw std::logic_error("FakeBackend: pageable_free of a buffer not allocated, or with another size");
+    pageable_sizes_.erase(p);
+    DeviceBackend::pageable_free(p, size);
+  }
+  std::size_t live_pageable() const { return pageable_sizes_.size(); }
+  std::size_t live_pageable_bytes() const {
+    std::size_t n = 0;
+    for (const auto& [p, size] : pageable_sizes_) n += size;
+    return n;
+  }
   // Copies are asynchronous, as on a GPU: a copy is queued and moves its
   // bytes only when copy_synchronize() (or a device synchronization) waits
   // for it.  Until then the destination holds its old bytes, and anything
@@ -507,12 +529,22 @@ class FakeBackend final : public DeviceBackend {
   // cue: each is in fail_call_at()'s count, and fail_file_write(n) /
   // fail_file_read(n) fail the n-th (0-based) write / read from now once,
   // as a full disk (ENOSPC) or an I/O error (EIO) would.
-  Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why) override {
+  Status file_create(const char* dir, std::uint64_t size, int* fd, std::string* why, std::string* name) override {
     if (fault()) return injected(why, "create: No space left on device (injected)");
-    const Status st = DeviceBackend::file_create(dir, size, fd, why);
+    const Status st = DeviceBackend::file_create(dir, size, fd, why, name);
     if (st == kSuccess) {
       ++files_created;
       open_files_.insert(*fd);
+      peak_open_files = std::max(peak_open_files, open_files_.size());
+    }
+    return st;
+  }
+  Status file_open(const std::string& path, int* fd, std::string* why) override {
+    if (fault()) return injected(why, "open: Too many open files (injected)");
+    const Status st = DeviceBackend::file_open(path, fd, why);
+    if (st == kSuccess) {
+      open_files_.insert(*fd);
+      peak_open_files = std::max(peak_open_files, open_files_.size());
     }
     return st;
   }
@@ -541,11 +573,12 @@ class FakeBackend final : public DeviceBackend {
   void fail_file_read(int n) { fail_read_at_ = n; }
   std::size_t open_files() const { return open_files_.size(); }
   int files_created = 0, file_writes = 0, file_reads = 0;
+  std::size_t peak_open_files = 0;  // the most files open at once
   std::size_t file_bytes_written = 0;
   std::size_t live_handles() const { return handles_.size(); }
 
   // Fault injection over the calls of pause and resume: synchronize_device,
-  // vm_create/map/unmap/release/set_own_access, host_alloc and the copies.  The call `n`
+  // vm_create/map/unmap/release/set_own_access, host_alloc, pageable_alloc and the copies.  The call `n`
   // (0-based) from now fails once; calls_seen() counts them.
   void fail_call_at(int n) {
     fault_at_ = n;
@@ -695,6 +728,7 @@ class FakeBackend final : public DeviceBackend {
   bool fault_fired_ = false;
   int live_host_ = 0;
   std::map<void*, std::size_t> host_sizes_;
+  std::map<void*, std::size_t> pageable_sizes_;
   std::size_t live_host_bytes_ = 0, peak_host_bytes_ = 0;
   std::set<int> open_files_;
   int fail_write_at_ = -1, fail_read_at_ = -1;  // counted down by each write / read

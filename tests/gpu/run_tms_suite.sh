@@ -6,8 +6,11 @@
 #   TMS_DIR/test/{test_examples.py,test_utils.py,test_configure_subprocess.py,examples/}
 #   TMS_DIR/pkg/torch_memory_saver/{__init__.py,utils.py,testing_utils.py}
 # where pkg/torch_memory_saver/__init__.py is the mapping alone
-# (`from cachalloc.memory_saver import *` and its two names) and utils.py,
-# testing_utils.py are TMS's own.  With CACHALLOC_TMS_ROUTE=pluggable the
+# (`from cachalloc.memory_saver import *`, its two names, and
+# `cachalloc.tms_compat.alias_submodules(__name__)`, which makes
+# torch_memory_saver.entrypoint and .hooks.mode_preload cachalloc's: TMS's
+# test_utils.py and test_configure_subprocess.py import and patch them) and
+# utils.py, testing_utils.py are TMS's own.  With CACHALLOC_TMS_ROUTE=pluggable the
 # mapping is expected to call cachalloc.use_with_torch() first.
 #
 # Usage: run_tms_suite.sh LIBCACHALLOC MODULE_DIR OUT_DIR [ROUTES]

@@ -266,7 +266,12 @@ static int fork_control_api(void) {
   int (*empty_cache)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "cachalloc_empty_cache");
   int (*set_fraction)(double, int) = (int (*)(double, int))dlsym(RTLD_DEFAULT, "cachalloc_set_memory_fraction");
   int (*validate)(char*, size_t) = (int (*)(char*, size_t))dlsym(RTLD_DEFAULT, "cachalloc_validate");
+  int (*set_tag_with_backup)(const char*, int) = (int (*)(const char*, int))dlsym(RTLD_DEFAULT, "cachalloc_set_tag_with_backup");
+  int (*set_retain)(const char*, int) = (int (*)(const char*, int))dlsym(RTLD_DEFAULT, "cachalloc_set_tag_retain_backup");
+  int (*set_dir)(const char*, int) = (int (*)(const char*, int))dlsym(RTLD_DEFAULT, "cachalloc_set_pause_backup_dir");
+  int (*empty_tag)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "cachalloc_empty_tag_cache");
   CHECK(set_tag && tag_paused && pause && empty_cache && set_fraction && validate);
+  CHECK(set_tag_with_backup && set_retain && set_dir && empty_tag);
   CUdeviceptr p = 0;
   CHECK_CU(A->mem_alloc(&p, 1 << 20)); /* the parent is serving */
   CHECK(set_tag("weights") == 0);
@@ -281,7 +286,11 @@ static int fork_control_api(void) {
     bad |= (empty_cache(-1) != not_initialized) << 3;
     bad |= (set_fraction(0.5, -1) != not_initialized) << 4;
     bad |= (validate(NULL, 0) != not_initialized) << 5;
-    _exit(bad);
+    bad |= (set_tag_with_backup("kv", 1) != not_initialized) << 6;
+    bad |= (set_retain(NULL, 1) != not_initialized) << 7;
+    bad |= (set_dir("/tmp", 1) != not_initialized) << 8;
+    bad |= (empty_tag("weights") != not_initialized) << 9;
+    _exit((bad & 0x7f) | (bad > 0x7f ? 0x80 : 0));  /* (an exit status has 8 bits: 0x80 = bits 7..9) */
   }
   int status = 0;
   CHECK(waitpid(child, &status, 0) == child);

@@ -257,7 +257,7 @@ static int disk_setup(struct disk_tag* t) {
   mkdir(g_dir, 0700);
   CHECK(dir_entries() == 0);
   CHECK_RC(set_backup("weights", 2), 0);
-  CHECK_RC(set_backup("weights", 3), CUDA_ERROR_INVALID_VALUE); /* no such mode */
+  CHECK_RC(set_backup("weights", 4), CUDA_ERROR_INVALID_VALUE); /* no such mode (3: pageable) */
   CHECK_RC(set_tag("weights"), 0);
   CHECK_CU(cuMemAlloc_v2(&t->big, BIG));
   for (int i = 0; i < SMALL_BLOCKS; ++i) CHECK_CU(cuMemAlloc_v2(&t->small[i], small_size(i)));

@@ -120,15 +120,17 @@ struct PauseFixture : AllocFixture {
 // cycle without faults restores everything, and that nothing leaked.
 // Returns whether the fault fired (false: n is past the last call).
 // w1_size: the big backed-up block (smaller for disk backups: each run
-// writes and reads it through the file).
+// writes and reads it through the file).  named_files: disk backups in
+// named files, one per block.
 inline bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = BackupMode::host,
-                           std::size_t w1_size = 30 * MiB) {
+                           std::size_t w1_size = 30 * MiB, bool named_files = false) {
   TempDir dir;
   Config c;
   c.pause_backup_dir = dir.path;
   c.pause_backup_chunk = 4 * MiB;  // a disk backup of w1 and w2 spans chunks, one shared by both
   PauseFixture f(c);
   f.alloc->set_tag_backup(kWeights, mode);
+  if (named_files) f.alloc->set_backup_files(dir.path, true);  // a file per block, opened in turn
   const DevicePtr u = f.malloc(3 * MiB);
   const DevicePtr w1 = f.tmalloc(w1_size, kWeights);
   const DevicePtr w2 = f.tmalloc(3000, kWeights);
@@ -173,6 +175,7 @@ inline bool run_with_fault(int n, bool fault_in_resume, BackupMode mode = Backup
   CHECK(f.backend.open_files() == 0);  // a disk backup's file went at the resume
   f.alloc.reset();
   CHECK(f.backend.live_host() == 0);
+  CHECK(f.backend.live_pageable() == 0);
   CHECK(dir.entries() == 0);
   return fired;
 }

@@ -506,8 +506,17 @@ TEST_CASE("config: tag_cpu_backup:disk and pause_backup_dir (disk backups of pau
   CHECK(back.tag_cpu_backup == BackupMode::disk);
   CHECK(back.pause_backup_dir == c.pause_backup_dir);
   CHECK(parse_ok("tag_cpu_backup:false").tag_cpu_backup == BackupMode::none);
-  CHECK(parse_error("tag_cpu_backup:tape").find("true, false or disk") != std::string::npos);
+  CHECK(parse_error("tag_cpu_backup:tape").find("true, false, pageable or disk") != std::string::npos);
   CHECK(parse_error("pause_backup_dir:") != "");
+}
+
+TEST_CASE("config: tag_cpu_backup:pageable (pageable host memory) round-trips") {
+  Config c;
+  REQUIRE(parse_config("tag:weights,tag_cpu_backup:Pageable", &c).empty());
+  CHECK(c.tag_cpu_backup == BackupMode::pageable);
+  Config back;
+  REQUIRE(parse_config(c.to_string(), &back).empty());
+  CHECK(back.tag_cpu_backup == BackupMode::pageable);
 }
 
 // Issue 37: a typo costs its own key, never the others (the shim applies

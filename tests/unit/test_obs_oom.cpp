@@ -124,6 +124,14 @@ TEST_CASE("OOM message says which limit refused the request, and what to do", "[
   r.allowed = r.device_total;
   r.device_free = 10 * GiB;
   CHECK(contains(format_oom_message(0, r, ""), "The driver refused a 3.00 GiB segment although it reports 10.00 GiB free"));
+  // A tagged request inside the memory margin (torch_memory_saver's memory_margin_bytes).
+  r.tag_margin = 8 * GiB;
+  m = format_oom_message(0, r, "");
+  CHECK(contains(m, "A pausable (tagged) allocation must leave the memory margin free (8.00 GiB, "
+                    "cachalloc_set_memory_margin / memory_margin_bytes), and a new 3.00 GiB segment would leave "
+                    "7.00 GiB of the device's 10.00 GiB free."));
+  r.tag_margin = 6 * GiB;  // the margin is not what refused it
+  CHECK(contains(format_oom_message(0, r, ""), "The driver refused a 3.00 GiB segment"));
 }
 
 TEST_CASE("no fragmentation hint when the cache holds little unallocated memory", "[obs][oom]") {

@@ -1,10 +1,11 @@
 // test_pause_disk.cpp — disk backups of paused tags on the fake backend
-// (core/pause_backup.cpp, docs/PAUSE.md): contents come back bit for bit
+// (core/pause_disk.cpp, docs/PAUSE.md): contents come back bit for bit
 // over several cycles with blocks larger than the staging buffers and many
 // small ones; host memory stays at the staging buffers; a failed file write
 // fails the pause with the tag running and intact, a failed read fails the
-// resume with the backup kept; nothing stays on disk.  The file calls are
-// real (POSIX, in a fresh directory); the fake fails them on cue.
+// resume with the backup kept; nothing stays on disk; named files in a
+// directory set at run time.  The file calls are real (POSIX, in a fresh
+// directory); the fake fails them on cue.
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -88,6 +91,7 @@ TEST_CASE("disk backup: contents come back bit for bit over several cycles; host
     CHECK(s.backup_bytes == s.allocated_bytes);  // the blocks (rounded sizes), all of them
     CHECK(s.backup_bytes >= w.bytes);
     CHECK(s.disk_bytes == s.backup_bytes);
+    CHECK(s.disk_files == 1);
     CHECK(s.backup_capacity == 0);         // no host buffer of the tag's size
     CHECK(s.staging_bytes == 2 * kChunk);  // only the two staging halves
     CHECK(f.backend.live_host_bytes() == 2 * kChunk);
@@ -126,6 +130,14 @@ TEST_CASE("pause (disk backup): a failure at any driver or file call loses nothi
   int n = 0;
   while (run_with_fault(n, false, BackupMode::disk, 10 * MiB)) ++n;
   CHECK(n > 12);  // with the staging's allocation, the file's create and writes, the copies
+}
+
+TEST_CASE("pause and resume (named disk backup files): a failure at any call loses nothing and leaks nothing") {
+  for (bool in_resume : {false, true}) {
+    int n = 0;
+    while (run_with_fault(n, in_resume, BackupMode::disk, 10 * MiB, true)) ++n;
+    CHECK(n > 12);
+  }
 }
 
 TEST_CASE("resume (disk backup): a failure at any driver or file call loses nothing and leaks nothing") {
@@ -279,9 +291,9 @@ TEST_CASE("disk backup: the file primitives (POSIX) write and read at offsets an
   FakeBackend be;
   std::string why;
   int fd = -1;
-  CHECK(be.file_create("/nonexistent-cachalloc-dir", 100, &fd, &why) == kOperatingSystem);
+  CHECK(be.file_create("/nonexistent-cachalloc-dir", 100, &fd, &why, nullptr) == kOperatingSystem);
   CHECK(why.find("cannot create a backup file in /nonexistent-cachalloc-dir") != std::string::npos);
-  REQUIRE(be.file_create(dir.path.c_str(), 3 * MiB, &fd, &why) == kSuccess);
+  REQUIRE(be.file_create(dir.path.c_str(), 3 * MiB, &fd, &why, nullptr) == kSuccess);
   struct stat st{};
   REQUIRE(::fstat(fd, &st) == 0);
   CHECK(st.st_nlink == 0);  // no name, from the start
@@ -306,10 +318,10 @@ TEST_CASE("disk backup: the file primitives (POSIX) write and read at offsets an
   lim = old;
   lim.rlim_cur = 1 * MiB;
   REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  REQUIRE(be.file_create(dir.path.c_str(), 0, &fd, &why) == kSuccess);
+  REQUIRE(be.file_create(dir.path.c_str(), 0, &fd, &why, nullptr) == kSuccess);
   std::string why_partial;
   const Status partial = be.file_write(fd, b.data(), b.size(), 0, &why_partial);  // 2 MiB: 1 MiB goes, then EFBIG
-  const Status reserve = be.file_create(dir.path.c_str(), 2 * MiB, &fd, &why);
+  const Status reserve = be.file_create(dir.path.c_str(), 2 * MiB, &fd, &why, nullptr);
   REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
   sigset_t pending;
   REQUIRE(::sigpending(&pending) == 0);
@@ -395,4 +407,87 @@ TEST_CASE("disk backup: double-buffered — chunk k crosses the bus while chunk 
   // wait, copy 1; read 2, wait, copy 2; wait.
   CHECK(f.backend.ops == "RSDRSDRSDS");
   CHECK(f.holds(w, 3 * kChunk, 6));
+}
+
+TEST_CASE("disk backup: named files in a directory set at run time, one per block, gone at the resume") {
+  TempDir configured, dir;
+  PauseFixture f(disk_config(configured));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  f.alloc->set_backup_files(dir.path, true);
+  const DevicePtr big = f.tmalloc(13 * MiB + 12345, kWeights);  // over three 4 MiB chunks
+  const DevicePtr small = f.tmalloc(7, kWeights);
+  f.fill(big, 13 * MiB + 12345, 1);
+  f.fill(small, 7, 2);
+  std::set<std::size_t> sizes;
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    REQUIRE(f.pause(kWeights) == kSuccess);
+    const std::vector<std::string> names = dir.names();
+    CHECK(names.size() == 2);  // as torch_memory_saver: a file per allocation
+    CHECK(f.tag(kWeights).disk_files == 2);
+    CHECK(configured.entries() == 0);
+    CHECK(f.backend.open_files() == 0);  // named files are closed between pause and resume
+    std::size_t total = 0;
+    for (const std::string& n : names) {
+      CHECK(n.rfind("cachalloc-backup-" + std::to_string(::getpid()) + "-", 0) == 0);
+      struct stat st {};
+      REQUIRE(::stat((dir.path + "/" + n).c_str(), &st) == 0);
+      CHECK((st.st_mode & 0777) == 0600);
+      total += static_cast<std::size_t>(st.st_size);
+    }
+    CHECK(total == f.tag(kWeights).backup_bytes);  // the blocks' (rounded) sizes, no more
+    sizes.insert(total);
+    REQUIRE(f.resume(kWeights) == kSuccess);
+    CHECK(dir.entries() == 0);
+    CHECK(f.holds(big, 13 * MiB + 12345, 1));
+    CHECK(f.holds(small, 7, 2));
+  }
+  CHECK(sizes.size() == 1);  // the same bytes on disk each cycle
+  // A failed write takes its named files along; so does an allocator destroyed while paused.
+  f.backend.fail_file_write(1);
+  CHECK(f.pause(kWeights) == kOperatingSystem);
+  CHECK(dir.entries() == 0);
+  CHECK(f.backend.open_files() == 0);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(dir.entries() == 2);
+  f.alloc.reset();
+  CHECK(dir.entries() == 0);
+}
+
+TEST_CASE("disk backup: a tag of many blocks in named files holds one descriptor at a time") {
+  TempDir dir;
+  PauseFixture f(disk_config(dir));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  f.alloc->set_backup_files(dir.path, true);
+  const Blocks w = make_blocks(f, kWeights);  // 306 blocks, one over four chunks
+  fill_all(f, w, 50);
+  f.backend.peak_open_files = 0;
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(dir.entries() == w.list.size());
+  CHECK(f.backend.peak_open_files == 1);  // created and closed one by one, each written in its turn
+  f.backend.fail_file_read(40);           // a failed read leaves the backup, its files and names, for a retry
+  CHECK(f.resume(kWeights) == kOperatingSystem);
+  CHECK(dir.entries() == w.list.size());
+  CHECK(f.backend.open_files() == 0);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.backend.peak_open_files == 1);
+  CHECK(all_hold(f, w, 50));
+  CHECK(dir.entries() == 0);
+}
+
+TEST_CASE("disk backup: set_backup_files(\"\") goes back to the configured directory, nameless") {
+  TempDir configured, dir;
+  PauseFixture f(disk_config(configured));
+  f.alloc->set_tag_backup(kWeights, BackupMode::disk);
+  const DevicePtr w = f.tmalloc(3 * MiB, kWeights);
+  f.alloc->set_backup_files(dir.path, false);  // another directory, nameless files
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(dir.entries() == 0);
+  CHECK(dir.open_here() == 1);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  f.alloc->set_backup_files("", false);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(configured.open_here() == 1);
+  CHECK(dir.open_here() == 0);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  f.free(w);
 }
