@@ -99,7 +99,7 @@ def main():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        allocator = cachalloc.use_with_torch(lib_path)
+        allocator = cachalloc.use_with_torch(lib_path, oom_error=True)
     # The stub has no torch.utils.cpp_extension: no companion, said once.
     check(state["allocator"] is allocator and allocator.alloc_fn == "cachalloc_malloc", "use_with_torch()")
     check(any("companion could not be built" in str(w.message) for w in caught),
