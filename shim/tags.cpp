@@ -30,9 +30,13 @@ struct TagEntry {
 struct Registry {
   std::mutex mutex;
   std::vector<TagEntry> tags;  // id i+1 is tags[i]
-  // torch_memory_saver's TMS_RETAIN_CPU_BACKUP, read when the first tag
-  // call is made, as TMS reads it when its first call is made.
-  bool default_retain = tms_env_bool("TMS_RETAIN_CPU_BACKUP").value_or(false);
+  // Host backups outlive the resume unless a tag says otherwise: the next
+  // pause refills the buffer at the link's speed, where a new pinned
+  // buffer costs ~0.8 ms per MiB (docs/PAUSE.md).  torch_memory_saver
+  // gives them back by default; its drop-in (cachalloc.tms_compat) sets
+  // that, and TMS_RETAIN_CPU_BACKUP, read when the first tag call is made
+  // as TMS reads it, wins over both.
+  bool default_retain = tms_env_bool("TMS_RETAIN_CPU_BACKUP").value_or(true);
 };
 
 Registry& registry() {

@@ -263,6 +263,11 @@ class TorchMemorySaver:
                 return
             _ms._lib()  # the library, found or loaded, prototypes declared
             _ms.set_tag_in_pause_all(_DISABLED_TAG, False)
+            # TMS gives host backups back at the resume unless told to retain
+            # them; cachalloc's own default keeps them (the library reads
+            # TMS_RETAIN_CPU_BACKUP itself, which then decides).
+            if os.environ.get("TMS_RETAIN_CPU_BACKUP") is None:
+                _ms.set_tag_retain_backup(None, False)
             self._initialized = True
 
     @property

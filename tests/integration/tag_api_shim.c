@@ -159,11 +159,14 @@ static int variants(void) {
   return 0;
 }
 
-/* The host backup goes back at the resume; retained, it stays where it was
- * and cachalloc_get_backup_pointer finds the pause's bytes in it. */
+/* cachalloc keeps host backups past the resume by default; told not to
+ * retain them (torch_memory_saver's default), the host backup goes back at
+ * the resume; retained, it stays where it was and
+ * cachalloc_get_backup_pointer finds the pause's bytes in it. */
 static int retain(void) {
   CHECK(setup() == 0);
-  CHECK(p_cachalloc_get_tag_retain_backup(NULL) == 0);
+  CHECK(p_cachalloc_get_tag_retain_backup(NULL) == 1);
+  CHECK_RC(p_cachalloc_set_tag_retain_backup(NULL, 0), 0);
   CHECK_RC(p_cachalloc_set_tag_backup("weights", CACHALLOC_BACKUP_HOST), 0);
   CHECK_RC(p_cachalloc_set_tag("weights"), 0);
   CUdeviceptr w = 0;
@@ -209,6 +212,7 @@ static int retain(void) {
 /* A pageable backup: restored, and unmapped at the resume. */
 static int pageable(void) {
   CHECK(setup() == 0);
+  CHECK_RC(p_cachalloc_set_tag_retain_backup(NULL, 0), 0);   /* given back at the resume (TMS's default) */
   CHECK_RC(p_cachalloc_set_tag_with_backup("weights", CACHALLOC_BACKUP_PAGEABLE), 0);
   CUdeviceptr w = 0;
   CHECK_CU(cuMemAlloc_v2(&w, 32 * MiB));
