@@ -123,18 +123,24 @@ _torch_allocators = {}  # path -> torch CUDAPluggableAllocator (one per library:
 _torch_swapped = False  # use_with_torch() made cachalloc PyTorch's allocator (every tensor reaches it)
 
 
-def _loaded_library_path():
-    """The path of a libcachalloc.so this process has mapped, or None."""
+def _mapped_path(prefix):
+    """The path of a library this process has mapped whose file name starts
+    with `prefix` (and that still exists), or None."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(None, 5)  # address perms offset dev inode [path]
                 path = fields[5].strip() if len(fields) == 6 else ""
-                if os.path.basename(path).startswith("libcachalloc.so") and os.path.isfile(path):
+                if os.path.basename(path).startswith(prefix) and os.path.isfile(path):
                     return path
     except OSError:
         pass
     return None
+
+
+def _loaded_library_path():
+    """The path of a libcachalloc.so this process has mapped, or None."""
+    return _mapped_path("libcachalloc.so")
 
 
 def library_path():

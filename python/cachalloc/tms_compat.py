@@ -133,16 +133,13 @@ class _ExclusiveBackups(AssertionError, ValueError):
 
 def _cuda_runtime():
     """The CUDA runtime library this process has mapped (PyTorch's), or None."""
+    from . import _mapped_path
+
+    path = _mapped_path("libcudart.so")
     try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split(None, 5)  # address perms offset dev inode [path]
-                path = fields[5].strip() if len(fields) == 6 else ""
-                if os.path.basename(path).startswith("libcudart.so"):
-                    return ctypes.CDLL(path)
+        return ctypes.CDLL(path) if path else None
     except OSError:
-        pass
-    return None
+        return None
 
 
 class _TmsCdll:
