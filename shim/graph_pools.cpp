@@ -148,10 +148,10 @@ void release(int device, PoolId id) {
 }
 
 // Another copy of the library serves the process (load_mode.h): its pools.
+// Each caller keeps its own answer (a static per name, not per type).
 template <typename Fn>
 Fn forwarded(const char* name) {
-  static const Fn fn = reinterpret_cast<Fn>(other_copy_symbol(name));
-  return fn;
+  return reinterpret_cast<Fn>(other_copy_symbol(name));
 }
 
 }  // namespace
@@ -247,7 +247,8 @@ using PoolFn = void (*)(int, PoolIdArg);
 
 CACHALLOC_EXPORT void cachalloc_pluggable_begin_allocate_to_pool(int device, PoolIdArg pool,
                                                                   std::function<bool(CUstream)> filter) {
-  if (BeginFn f = forwarded<BeginFn>("cachalloc_pluggable_begin_allocate_to_pool")) return f(device, pool, filter);
+  static const BeginFn other = forwarded<BeginFn>("cachalloc_pluggable_begin_allocate_to_pool");
+  if (BeginFn f = other) return f(device, pool, filter);
   try {
     cachalloc::shim::begin(device, pool, std::move(filter));
   } catch (...) {
@@ -256,12 +257,14 @@ CACHALLOC_EXPORT void cachalloc_pluggable_begin_allocate_to_pool(int device, Poo
 }
 
 CACHALLOC_EXPORT void cachalloc_pluggable_end_allocate_to_pool(int device, PoolIdArg pool) {
-  if (PoolFn f = forwarded<PoolFn>("cachalloc_pluggable_end_allocate_to_pool")) return f(device, pool);
+  static const PoolFn other = forwarded<PoolFn>("cachalloc_pluggable_end_allocate_to_pool");
+  if (PoolFn f = other) return f(device, pool);
   cachalloc::shim::end(device, pool);
 }
 
 CACHALLOC_EXPORT void cachalloc_pluggable_release_pool(int device, PoolIdArg pool) {
-  if (PoolFn f = forwarded<PoolFn>("cachalloc_pluggable_release_pool")) return f(device, pool);
+  static const PoolFn other = forwarded<PoolFn>("cachalloc_pluggable_release_pool");
+  if (PoolFn f = other) return f(device, pool);
   try {
     cachalloc::shim::release(device, pool);
   } catch (...) {
