@@ -111,9 +111,9 @@ struct Segment {
   // pages mapped by one growth (expandable.cpp, kMaxRunBytes); run_pages[i]
   // is the run's length in pages at its first page and 0 at every other
   // page.  Runs tile the mapped pages, all pages of a run hold its handle,
-  // and a run is unmapped whole.  Tagged segments map one page per run, so
-  // that a pause can release pages one at a time (a paused page keeps its
-  // run of 1 with handle 0).
+  // and a run is unmapped whole.  A pause releases a tagged segment's runs
+  // whole and leaves each paused page a run of 1 with handle 0; the resume
+  // maps consecutive paused pages as runs again (pause_path.cpp).
   bool expandable = false;
   std::size_t page = 0;
   std::vector<MemHandle> handles;

@@ -417,9 +417,10 @@ class CachingAllocator {
       if (seg->tag == tag) fn(seg);
   }
   Status release_tag_pages(TagId tag, std::size_t* released);
-  Status release_page(Segment* seg, std::size_t i);
-  void drop_page(Segment* seg, std::size_t i);
+  Status release_run(Segment* seg, std::size_t i);
   Status map_paused_pages(TagId tag);
+  Status map_paused_range(Segment* seg, std::size_t first, std::size_t n);
+  void drop_paused_range(Segment* seg, std::size_t first, std::size_t n);
   void forget_free_pages_of(TagId tag);
   Status take_backup(TagId tag, TagState& ts);
   Status restore_backup(TagState& ts);

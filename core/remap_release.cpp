@@ -25,7 +25,7 @@
 // (cuMemRelease may come before the last cuMemUnmap).  Physical memory
 // stays what the release would have left; only address space is held
 // twice until the fence completes.  Donors are untagged runs (a tagged
-// segment's runs are single pages that a pause releases one by one) of any
+// segment's memory stays its tag's: docs/PAUSE.md, Guarantee 1) of any
 // stream's reservation, the grow's own included (there a remap also undoes
 // fragmentation), and of either pool where the run is a whole number of
 // the grow's pages.  Without joins (old drivers, fence_join:false

@@ -171,14 +171,15 @@ void CachingAllocator::validate() const {
     }
     if (seg->expandable) {
       // Runs (block.h) tile the pages with a handle (or paused), one handle
-      // each; a tagged segment's runs are single pages.
+      // each; a paused page is a run of one.
       std::size_t left = 0;
       MemHandle run_handle = 0;
       for (std::size_t i = 0; i < seg->handles.size(); ++i) {
         const DevicePtr at = seg->base + i * seg->page;
         if (seg->run_pages[i] != 0) {
           check(left == 0, "a run starts inside another", at);
-          check(seg->tag == kUntagged || seg->run_pages[i] == 1, "a tagged segment's run of several pages", at);
+          check(seg->tag == kUntagged || !seg->paused[i] || seg->run_pages[i] == 1, "a paused page in a run of several",
+                at);
           left = seg->run_pages[i];
           run_handle = seg->handles[i];
         }

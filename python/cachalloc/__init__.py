@@ -374,15 +374,15 @@ _TORCH_HOOKS = {
 }
 
 
-def pluggable_allocator(path=None, hooks=True, oom_error=False):
+def pluggable_allocator(path=None, hooks=True, oom_error=True):
     """A torch.cuda.memory.CUDAPluggableAllocator over cachalloc_malloc /
     cachalloc_free, with cachalloc's hooks wired where this PyTorch offers
     setters for them (record_stream, empty_cache, memory fraction, base
-    allocation, CUDA graph pools).  With oom_error, through the small
-    companion built against this PyTorch (cachalloc/torch_companion.py) so
-    that out of memory raises torch.OutOfMemoryError.  Off by default: on
-    an H200 with PyTorch 2.11 the companion's throw crashed the process
-    (docs/PYTORCH.md, Limits), so out of memory still hands PyTorch a NULL.
+    allocation, CUDA graph pools).  With oom_error (the default), through
+    the small companion built against this PyTorch
+    (cachalloc/torch_companion.py) so that out of memory raises
+    torch.OutOfMemoryError; where it cannot be built (no C++ compiler or
+    headers) a warning says so and out of memory hands PyTorch a NULL.
     One per library, reused.  Does not make it current."""
     import torch
 
@@ -414,7 +414,7 @@ def pluggable_allocator(path=None, hooks=True, oom_error=False):
         return _torch_allocators.setdefault(key, allocator)
 
 
-def use_with_torch(path=None, hooks=True, patch=True, oom_error=False):
+def use_with_torch(path=None, hooks=True, patch=True, oom_error=True):
     """Makes cachalloc PyTorch's CUDA allocator (change_current_allocator).
 
     Call it before the first CUDA allocation of the process (PyTorch refuses

@@ -26,9 +26,16 @@ import warnings
 
 SOURCE = r"""
 // Built by cachalloc.torch_companion against the installed PyTorch.
+// No iostream here (no c10::str, no TORCH_CHECK's message building): the
+// messages are formatted with snprintf.  A companion whose compiler's
+// libstdc++ differs from PyTorch's can carry its own copy of the stream
+// code, whose locale facets are not the process's: formatting a double
+// through it crashed PyTorch 2.11 (H200, 2026-11-27).
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <sys/types.h>
+#include <cstdio>
+#include <string>
 
 namespace {
 using Malloc = void* (*)(ssize_t, int, void*);
@@ -46,16 +53,29 @@ struct Bind {
     g_free = reinterpret_cast<Free>(dlsym(h, "cachalloc_free"));
   }
 } bind;
+
+[[noreturn]] void throw_unloaded() {
+  throw c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                   std::string("cachalloc: ") + CACHALLOC_LIBRARY + " could not be loaded");
+}
+
+[[noreturn]] void throw_out_of_memory(ssize_t size, int device) {
+  char msg[512];
+  std::snprintf(msg, sizeof msg,
+                "CUDA out of memory. Tried to allocate %.2f MiB on device %d through cachalloc's pluggable "
+                "allocator. cachalloc's report on stderr says why (what the device holds, what cachalloc "
+                "caches, which setting would help).",
+                static_cast<double>(size) / (1 << 20), device);
+  throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                              std::string(msg));
+}
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void* cachalloc_torch_malloc(ssize_t size, int device,
                                                                                void* stream) {
-  TORCH_CHECK(g_malloc != nullptr, "cachalloc: ", CACHALLOC_LIBRARY, " could not be loaded");
+  if (g_malloc == nullptr) throw_unloaded();
   void* p = g_malloc(size, device, stream);
-  TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr || size <= 0, "CUDA out of memory. Tried to allocate ",
-                   static_cast<double>(size) / (1 << 20), " MiB on device ", device,
-                   " through cachalloc's pluggable allocator. cachalloc's report on stderr says why "
-                   "(what the device holds, what cachalloc caches, which setting would help).");
+  if (p == nullptr && size > 0) throw_out_of_memory(size, device);
   return p;
 }
 

@@ -152,24 +152,32 @@ static int cycle(void) {
 }
 
 /* cuMemCreate out of memory during resume: an error, the tag stays paused,
- * a later resume works and restores the backup. */
+ * a later resume works and restores the backup.  The resume maps two runs
+ * (the page of a block freed while paused splits the tag's pages), and the
+ * second fails: the first goes back. */
 static int resume_oom(void) {
   CHECK(setup() == 0);
   CHECK_RC(set_backup("weights", 1), 0);
   CHECK_RC(set_tag("weights"), 0);
-  CUdeviceptr w = 0;
-  CHECK_CU(cuMemAlloc_v2(&w, 50u << 20));
+  CUdeviceptr w = 0, gap = 0, w2 = 0;
+  CHECK_CU(cuMemAlloc_v2(&w, 60u << 20));   /* whole 20 MiB pages each */
+  CHECK_CU(cuMemAlloc_v2(&gap, 20u << 20));
+  CHECK_CU(cuMemAlloc_v2(&w2, 40u << 20));
   CHECK_RC(set_tag(NULL), 0);
-  fill(w, 50u << 20, 5);
+  fill(w, 60u << 20, 5);
+  fill(w2, 40u << 20, 6);
   CHECK_RC(pause_tag("weights"), 0);
+  CHECK_CU(cuMemFree_v2(gap));
   fake_cuda_fail("cuMemCreate", 1, -1, CUDA_ERROR_OUT_OF_MEMORY); /* the retry after the cache release fails too */
   CHECK_RC(resume_tag("weights"), CUDA_ERROR_OUT_OF_MEMORY);
   CHECK(tag_paused("weights") == 1);
-  CHECK(stats().live_vm_handles == 0);      /* the page mapped before the failure went back */
+  CHECK(stats().live_vm_handles == 0);      /* the run mapped before the failure went back */
   fake_cuda_fail_reset();
   CHECK_RC(resume_tag("weights"), 0);
-  CHECK(holds(w, 50u << 20, 5));
+  CHECK(holds(w, 60u << 20, 5));
+  CHECK(holds(w2, 40u << 20, 6));
   CHECK_CU(cuMemFree_v2(w));
+  CHECK_CU(cuMemFree_v2(w2));
   return 0;
 }
 

@@ -136,6 +136,37 @@ TEST_CASE("pause: releases every page of the tag, keeps addresses; resume restor
   CHECK(f.backend.live_handles() == 0);
 }
 
+TEST_CASE("resume maps consecutive paused pages as runs, and the next pause releases each run with one call") {
+  // The driver's cost of a pause and a resume is per mapping (expandable.cpp):
+  // 100 MiB of weights in 20 MiB pages, one block, must come back as one run.
+  PauseFixture f;
+  const DevicePtr w = f.tmalloc(100 * MiB, kWeights);
+  const DevicePtr kept = f.tmalloc(20 * MiB, kWeights);  // the next range
+  f.fill(w, 100 * MiB, 4);
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  const int creates = f.backend.alloc_calls;
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.backend.alloc_calls - creates == 1);  // 120 MiB of consecutive pages: one run
+  f.alloc->validate();
+  f.fill(w, 100 * MiB, 5);
+  CHECK(f.holds(w, 100 * MiB, 5));
+  const int releases = f.backend.free_calls;
+  REQUIRE(f.pause(kWeights) == kSuccess);
+  CHECK(f.backend.free_calls - releases == 1);  // the run, whole
+  CHECK(f.tag(kWeights).paused_bytes == f.tag(kWeights).reserved_bytes);
+  f.alloc->validate();
+  // A block freed while paused leaves a gap: two ranges, two runs.
+  f.free(kept);
+  REQUIRE(f.resume(kWeights) == kSuccess);
+  CHECK(f.backend.alloc_calls - creates == 2);
+  CHECK(f.reserved() == static_cast<std::int64_t>(100 * MiB));
+  f.alloc->validate();
+  f.free(w);
+  f.empty_cache();
+  CHECK(f.backend.used() == 0);
+  CHECK(f.backend.live_handles() == 0);
+}
+
 TEST_CASE("pause: freeing a paused tag's block touches no page; resume then empty_cache releases once") {
   PauseFixture f;
   const DevicePtr a = f.tmalloc(30 * MiB, kKv);

@@ -15,10 +15,9 @@ In one process, with default settings:
      used (cudaMemGetInfo) falls by at least the pool's bytes.
   3. Several graphs sharing one pool (torch.cuda.graph_pool_handle()) replay
      in capture order with correct results.
-  4. (--oom) An allocation larger than the device raises
-     torch.OutOfMemoryError (not a NULL tensor), and the next allocation
-     works: the OOM companion, off by default (it crashed on an H200 with
-     PyTorch 2.11: docs/PYTORCH.md).
+  4. An allocation larger than the device raises torch.OutOfMemoryError
+     (not a NULL tensor), and the next allocation works: the OOM companion
+     (cachalloc/torch_companion.py; --no-oom leaves it out).
 Prints `torch_pluggable_graphs: PASS` or FAIL lines; exit 77 without
 torch or a GPU.
 """
@@ -48,7 +47,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--module-dir", required=True)
     ap.add_argument("--shim", required=True)
-    ap.add_argument("--oom", action="store_true", help="also check torch.OutOfMemoryError (the OOM companion)")
+    ap.add_argument("--no-oom", dest="oom", action="store_false",
+                    help="without the OOM companion (an out of memory then hands PyTorch NULL: not checked)")
     args = ap.parse_args()
     try:
         import torch
