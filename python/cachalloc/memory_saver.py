@@ -248,6 +248,12 @@ def _torch_cache_in_front():
     return backend == "native" and hasattr(torch.cuda, "MemPool")
 
 
+def _torch_is_cachalloc():
+    """Whether cachalloc is PyTorch's allocator (use_with_torch())."""
+    from . import _torch_swapped
+    return _torch_swapped
+
+
 def _torch_pool(tag):
     """region()'s private torch.cuda.MemPool for `tag` where PyTorch's cache is in front, else None."""
     if not _torch_cache_in_front():

@@ -302,7 +302,10 @@ class TorchMemorySaver:
             return None
         backend = (cpu_backup_backend or self._config.backend) if enable_cpu_backup else ""
         key = (tag, enable_cpu_backup, enable_disk_backup, backend, torch.cuda.current_device())
-        if self._hook_mode == "preload" and not _ms._torch_cache_in_front():
+        if _ms._torch_is_cachalloc() or (self._hook_mode == "preload" and not _ms._torch_cache_in_front()):
+            # cachalloc serves PyTorch (use_with_torch: it tags the region's
+            # tensors itself, and PyTorch's pluggable wrapper refuses pools),
+            # or nothing caches in front of it
             self._mem_pools.setdefault(key, None)
             return None
         pool = self._mem_pools.get(key)
@@ -378,7 +381,8 @@ class TorchMemorySaver:
             # TMS): a pool of the block's own, whose segments PyTorch frees
             # with it, into the disable tag's cache, emptied below.
             torch = sys.modules.get("torch")
-            in_front = torch is not None and (self._hook_mode == "torch" or _ms._torch_cache_in_front())
+            in_front = torch is not None and not _ms._torch_is_cachalloc() and (
+                self._hook_mode == "torch" or _ms._torch_cache_in_front())
             pool = torch.cuda.MemPool() if in_front else None
             with _ms._in_pool(pool):
                 yield

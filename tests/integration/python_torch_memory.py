@@ -70,8 +70,13 @@ def stub_torch():
     def change_current_allocator(allocator):
         state["allocator"] = allocator
 
+    class MemPool:  # as PyTorch's pluggable wrapper answers a pool
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("pluggable does not yet support createOrIncrefPool")
+
     memory.CUDAPluggableAllocator = CUDAPluggableAllocator
     memory.change_current_allocator = change_current_allocator
+    cuda.MemPool = MemPool
     cuda.memory = memory
     cuda.current_device = lambda: state["device"]
     torch.cuda = cuda
@@ -113,6 +118,20 @@ def main():
         check(hooks.get(setter) == ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value,
               f"use_with_torch(): {setter} given {symbol}")
     cuda, memory = torch.cuda, torch.cuda.memory
+
+    # torch_memory_saver's regions and disable() in both hook modes: cachalloc
+    # is PyTorch's allocator, so no torch.cuda.MemPool (the wrapper refuses
+    # one), the tag set on the thread all the same.
+    from cachalloc import memory_saver
+    from cachalloc.memory_saver import TorchMemorySaver
+    for mode in ("preload", "torch"):
+        tms = TorchMemorySaver()
+        tms.hook_mode = mode
+        with tms.region(tag="weights", enable_cpu_backup=True):
+            check(memory_saver.get_tag() == "weights", f"hook mode {mode}: a region tags the thread, with no pool")
+        with tms.disable():
+            check(memory_saver.get_tag() != "weights", f"hook mode {mode}: disable() with no pool")
+        check(memory_saver.get_tag() == "", f"hook mode {mode}: untagged after the region")
 
     # Before anything is served: PyTorch's answers before CUDA is initialized.
     check(cuda.memory_stats() == {} and cuda.memory_allocated() == 0 and cuda.max_memory_reserved(1) == 0,
