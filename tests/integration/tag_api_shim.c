@@ -1,5 +1,5 @@
 /* tag_api_shim.c — the control API of tags beyond pause and resume
- * (shim/tag_api.cpp, shim/tms_env.cpp) through the preloaded shim on the
+ * (shim/tag_api.cpp, shim/tms_env.cpp, shim/tms_c_api.cpp) through the preloaded shim on the
  * fake driver, reached through dlsym as a program that does not link
  * cachalloc would (include/cachalloc.h only for the constants and types).
  * Usage: tag_api_shim CASE [DIR]   (LD_PRELOAD=libcachalloc.so; the cases
@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,6 +363,67 @@ static int tms_env_disk(void) {
   return 0;
 }
 
+/* torch_memory_saver's C entry points (shim/tms_c_api.cpp), looked up in
+ * the process as TMS's cuda_vmm_granularity test does: allocations inside
+ * an interesting region take the region's tag and backup, others none;
+ * tms_pause(NULL) pauses every tag and leaves untagged memory alone. */
+static int tms_c_api(void) {
+  CHECK(setup() == 0);
+  void (*set_interesting)(bool) = (void (*)(bool))dlsym(RTLD_DEFAULT, "tms_set_interesting_region");
+  bool (*get_interesting)(void) = (bool (*)(void))dlsym(RTLD_DEFAULT, "tms_get_interesting_region");
+  void (*set_tag)(const char*) = (void (*)(const char*))dlsym(RTLD_DEFAULT, "tms_set_current_tag");
+  const char* (*get_tag)(void) = (const char* (*)(void))dlsym(RTLD_DEFAULT, "tms_get_current_tag");
+  void (*set_cpu)(bool) = (void (*)(bool))dlsym(RTLD_DEFAULT, "tms_set_enable_cpu_backup");
+  void (*set_backend)(const char*) = (void (*)(const char*))dlsym(RTLD_DEFAULT, "tms_set_cpu_backup_backend");
+  const char* (*get_backend)(void) = (const char* (*)(void))dlsym(RTLD_DEFAULT, "tms_get_cpu_backup_backend");
+  void (*set_retain)(bool) = (void (*)(bool))dlsym(RTLD_DEFAULT, "tms_set_retain_cpu_backup");
+  bool (*get_retain)(void) = (bool (*)(void))dlsym(RTLD_DEFAULT, "tms_get_retain_cpu_backup");
+  int (*pause)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "tms_pause");
+  int (*resume)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "tms_resume");
+  uint8_t* (*backup_pointer)(const uint8_t*, uint64_t) =
+      (uint8_t* (*)(const uint8_t*, uint64_t))dlsym(RTLD_DEFAULT, "tms_get_cpu_backup_pointer");
+  CHECK(set_interesting && get_interesting && set_tag && get_tag && set_cpu && set_backend && get_backend &&
+        set_retain && get_retain && pause && resume && backup_pointer);
+  CHECK(!get_interesting() && strcmp(get_tag(), "default") == 0 && strcmp(get_backend(), "pinned") == 0);
+
+  CUdeviceptr plain = 0, w = 0, kv = 0;
+  CHECK_CU(cuMemAlloc_v2(&plain, 6912));    /* outside a region: untagged (cuda_vmm_granularity's size) */
+  set_tag("weights");
+  set_cpu(true);
+  set_interesting(true);
+  CHECK(get_interesting() && strcmp(get_tag(), "weights") == 0);
+  CHECK_CU(cuMemAlloc_v2(&w, 30 * MiB));
+  set_cpu(false);
+  set_tag("kv_cache");
+  CHECK_CU(cuMemAlloc_v2(&kv, 20 * MiB));
+  set_interesting(false);
+  set_backend("bogus");                      /* ignored, as a bad name is (TMS exits) */
+  CHECK(strcmp(get_backend(), "pinned") == 0);
+  set_retain(true);
+  CHECK(get_retain());
+  fill(plain, 6912, 1);
+  fill(w, 30 * MiB, 2);
+
+  CHECK_RC(pause(NULL), 0);
+  CHECK_RC(p_cachalloc_tag_paused("weights"), 1);
+  CHECK_RC(p_cachalloc_tag_paused("kv_cache"), 1);
+  CHECK(holds(plain, 6912, 1));               /* untagged: never paused */
+  const uint8_t* host = backup_pointer((const uint8_t*)(uintptr_t)w, 30 * MiB);
+  CHECK(host != NULL && host_holds(host, 30 * MiB, 2));
+  CHECK_RC(resume(""), 0);
+  CHECK(holds(w, 30 * MiB, 2));
+  CHECK(backup_pointer((const uint8_t*)(uintptr_t)w, 30 * MiB) != NULL);  /* retained */
+  CHECK_RC(p_cachalloc_tag_paused("weights"), 0);
+  CHECK_RC(pause("kv_cache"), 0);
+  CHECK_RC(p_cachalloc_tag_paused("weights"), 0);
+  CHECK_RC(resume("kv_cache"), 0);
+  set_retain(false);
+  CHECK_CU(cuMemFree_v2(plain));
+  CHECK_CU(cuMemFree_v2(w));
+  CHECK_CU(cuMemFree_v2(kv));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* c = argc > 1 ? argv[1] : "";
   if (argc > 2) g_dir = argv[2];
@@ -372,6 +435,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "margin") == 0) return margin();
   if (strcmp(c, "tms_env_host") == 0) return tms_env_host();
   if (strcmp(c, "tms_env_disk") == 0) return tms_env_disk();
+  if (strcmp(c, "tms_c_api") == 0) return tms_c_api();
   fprintf(stderr, "tag_api_shim: unknown case '%s'\n", c);
   return 2;
 }
