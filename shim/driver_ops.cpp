@@ -13,6 +13,7 @@
 #include "link_imports.h"
 #include "primary_contexts.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "stream_ids.h"
 #include "tags.h"
 

@@ -57,6 +57,7 @@
 #include "log.h"
 #include "primary_contexts.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 
 #define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))

@@ -21,6 +21,7 @@
 #include "guarded.h"
 #include "host_ops.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 
 using namespace cachalloc;

@@ -19,6 +19,7 @@
 #include "capture_tracking.h"
 #include "context_registry.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 #include "tags.h"
 
