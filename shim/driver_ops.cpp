@@ -10,6 +10,7 @@
 #include "log.h"
 #include "context_registry.h"
 #include "free_policy.h"
+#include "guarded.h"
 #include "link_imports.h"
 #include "primary_contexts.h"
 #include "process_state.h"
@@ -676,22 +677,18 @@ void note_stream_destroying(CUstream stream) {
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemAlloc_v2);
-  try {
+  return cachalloc::shim::guarded([&] {
     if (cachalloc::shim::fast_lane()) [[likely]]
       return cachalloc::shim::serve_mem_alloc(dptr, bytesize);
     return cachalloc::shim::mem_alloc_slow(dptr, bytesize);
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
+  });
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemFree_v2);
-  try {
+  return cachalloc::shim::guarded([&] {
     if (cachalloc::shim::fast_lane()) [[likely]]
       return cachalloc::shim::serve_mem_free(dptr);
     return cachalloc::shim::mem_free_slow(dptr);
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
+  });
 }
