@@ -1,6 +1,7 @@
 // process_state.h — whether cachalloc serves allocations in this process.
 //
-// The state is decided on the first call of a hook (never at load time):
+// The state is decided on the first call of a hook (never at load time;
+// start_up.h starts it, handing down the steps of the floors above):
 //   active    — CACHALLOC_CONF parsed, libcuda loaded: the cache serves.
 //   disabled  — a bad CACHALLOC_CONF (its message printed once on stderr), or
 //               no usable libcuda: every call goes to the driver unchanged.
@@ -12,8 +13,9 @@
 //               (PyTorch's pluggable allocator, python/cachalloc), not preloaded:
 //               the caches serve only the pluggable ABI and the control API,
 //               every hook passes to the driver (load_mode.h).
-// Also the process-wide interposer counters and the optional timing of the
-// wrappers (only with config.stats set, so the default hot path stays lean).
+// Also the process-wide interposer counters and the timing of the driver
+// calls made inside timed wrappers (the wrappers' own timer, on only with
+// config.stats set, is start_up.h's).
 #pragma once
 
 #include <atomic>
