@@ -8,6 +8,7 @@
 #include "link_imports.h"
 #include "log.h"
 #include "process_state.h"
+#include "start_up.h"
 
 namespace cachalloc::shim {
 namespace {

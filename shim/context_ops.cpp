@@ -3,6 +3,7 @@
 
 #include "context_registry.h"
 #include "process_state.h"
+#include "start_up.h"
 
 namespace cachalloc::shim {
 namespace {

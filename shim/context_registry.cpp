@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "link_imports.h"
 #include "log.h"
 #include "obs/process_observer.h"
 #include "process_state.h"
@@ -94,7 +93,19 @@ ContextState* find_or_create(CUcontext ctx, const RealDriver* d, bool* created) 
   return state;
 }
 
+// Set once at start-up (set_context_creation_hooks); read at each creation.
+struct CreationHooks {
+  std::atomic<bool (*)() noexcept> start_outside_sequence{nullptr};
+  std::atomic<void (*)() noexcept> created{nullptr};
+};
+constinit CreationHooks g_creation_hooks;
+
 }  // namespace
+
+void set_context_creation_hooks(const ContextCreationHooks& hooks) {
+  g_creation_hooks.start_outside_sequence.store(hooks.start_outside_sequence, std::memory_order_release);
+  g_creation_hooks.created.store(hooks.created, std::memory_order_release);
+}
 
 ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_total, unsigned index,
                            const RealDriver* driver, const Config& cfg)
@@ -109,7 +120,9 @@ ContextState::ContextState(CUcontext ctx, CUdevice device, std::size_t device_to
   backend_.set_context(ctx);
   allocator_ = std::make_unique<CachingAllocator>(&backend_, cfg, device);
   allocator_->set_observer(&obs::ProcessObserver::instance());
-  if (unseen_link_imports()) order_.note_unseen_streams(true);
+  if (auto outside = g_creation_hooks.start_outside_sequence.load(std::memory_order_acquire);
+      outside != nullptr && outside())
+    order_.note_unseen_streams(true);
   apply_tag_settings(*allocator_);  // (cachalloc_set_memory_margin may come before any context)
 }
 
@@ -142,14 +155,15 @@ constinit thread_local detail::LastUsed detail::t_last;
 
 // current_context_state() when `ctx` is not the one this thread used last.
 // A context's first cache is also when objects loaded since the last look
-// are read for unseen imports (link_imports.h): rare, and before any of
-// this context's blocks is handed out.
+// are read for unseen imports (the creation hooks, link_imports.h): rare,
+// and before any of this context's blocks is handed out.
 ContextState* detail::find_current_state(CUcontext ctx, const RealDriver* d) {
   bool created = false;
   ContextState* state = find_or_create(ctx, d, &created);
   if (state == nullptr) return nullptr;
   t_last = {ctx, state};
-  if (created) check_link_imports();
+  if (created)
+    if (auto hook = g_creation_hooks.created.load(std::memory_order_acquire); hook != nullptr) hook();
   return state;
 }
 

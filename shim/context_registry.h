@@ -150,6 +150,19 @@ ContextState* forget_context(CUcontext ctx, bool report_async = true);
 using ContextRetiredFn = void (*)(ContextState* state);
 void set_context_retired_listener(ContextRetiredFn fn);
 
+// What a context's new cache asks of the floors above this file (the link
+// imports, link_imports.h), handed down at start-up (start_up.cpp) before
+// any cache exists, so that this file calls nothing above it:
+// `start_outside_sequence`, in the state's constructor: whether it starts
+// outside the single sequence; `created`, once it is in the registry: a
+// look at objects loaded since the last one (which may make every live
+// context leave the single sequence).  Unset: nothing is asked.
+struct ContextCreationHooks {
+  bool (*start_outside_sequence)() noexcept = nullptr;
+  void (*created)() noexcept = nullptr;
+};
+void set_context_creation_hooks(const ContextCreationHooks& hooks);
+
 // Peer access (cuCtxEnablePeerAccess from `accessor`, a context of device
 // `accessor_device`, to memory of `peer`): remembered so that the peer's
 // expandable pages, mapped now or later, grant that device access.

@@ -35,6 +35,7 @@
 #include "obs/summary_table.h"
 #include "primary_contexts.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 #include "report_source.h"
 #include "stream_ids.h"

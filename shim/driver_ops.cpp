@@ -10,8 +10,11 @@
 #include "log.h"
 #include "context_registry.h"
 #include "free_policy.h"
+#include "guarded.h"
 #include "link_imports.h"
+#include "primary_contexts.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "stream_ids.h"
 #include "tags.h"
 
@@ -126,6 +129,13 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
     if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr, give_tried);
   }
   return free_by_rule(ctx, ptr, rule);
+}
+
+// The same in `ctx` (or nullptr), else in the owner, made current.
+[[gnu::always_inline]] inline Status free_on_stream_anywhere(ContextState* ctx, DevicePtr ptr, StreamId id) {
+  const Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
+  if (s != kNotOwned) return s;
+  return free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
 }
 
 CUresult pass_alloc_async(CUdeviceptr* out, size_t size, CUstream s, bool ptsz) {
@@ -325,6 +335,16 @@ namespace {
   return kept;
 }
 
+// A plain free by the free_sync rule: in `ctx` (the current context's
+// state, or nullptr), else in whichever other context owns `ptr`, made
+// current for the call.  kNotOwned: no context's cache owns it.  `tried`:
+// whose thread cache free_in_last_cache already asked.
+[[gnu::always_inline]] inline Status free_anywhere(ContextState* ctx, DevicePtr ptr, ContextState* tried) {
+  const Status s = ctx != nullptr ? free_with_policy(*ctx, ptr, ctx == tried) : kNotOwned;
+  if (s != kNotOwned) [[likely]] return s;
+  return free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr, &o == tried); });
+}
+
 }  // namespace
 
 // During a capture (capture_owned.h): out of line, off the cached pair's path.
@@ -367,9 +387,7 @@ namespace {
   if (capture_in_flight()) [[unlikely]] return free_in_capture(ptr, true);
   ContextState* ctx = current_context_state();
   if (ctx != nullptr) settle_deferred_frees(*ctx);
-  Status s = ctx != nullptr ? free_with_policy(*ctx, ptr, ctx == tried) : kNotOwned;
-  if (s == kNotOwned)
-    s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_with_policy(o, ptr, &o == tried); });
+  const Status s = free_anywhere(ctx, static_cast<DevicePtr>(ptr), tried);
   if (s != kNotOwned) return to_cu(s);
   count_foreign();
   return driver()->cuMemFree_v2(ptr);
@@ -454,11 +472,141 @@ CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz) {
     count_foreign();
     return pass_free_async(ptr, stream, ptsz);
   }
-  Status s = ctx != nullptr ? free_on_stream(*ctx, ptr, id) : kNotOwned;
-  if (s == kNotOwned) s = free_in_owner(ctx, ptr, [&](ContextState& o) { return free_on_stream(o, ptr, id); });
+  const Status s = free_on_stream_anywhere(ctx, ptr, id);
   if (s != kNotOwned) return to_cu(s);
   count_foreign();  // not ours: from the driver's pool or elsewhere
   return pass_free_async(ptr, stream, ptsz);
+}
+
+// ---- the runtime route (driver_ops.h) ----
+// The driver route's sequences above, but every call the cache does not
+// complete answers `pass` (cudart's function runs) where the driver route
+// would call the driver: so do no current context, a capture in flight,
+// and any error (cudart reproduces it through the hooked call).
+
+namespace {
+
+RuntimeAnswer runtime_answer(CUresult r) {
+  if (r == CUDA_SUCCESS) [[likely]] return RuntimeAnswer::served;
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? RuntimeAnswer::pass_out_of_memory : RuntimeAnswer::pass;
+}
+
+// The current context's state when the runtime route may serve, else
+// nullptr (cudart's path).
+ContextState* runtime_context() {
+  if (!serving(current_mode()) || capture_in_flight()) return nullptr;
+  return current_context_state();
+}
+
+}  // namespace
+
+RuntimeAnswer runtime_malloc(void** out, size_t size) {
+  if (out == nullptr || size == 0) return RuntimeAnswer::pass;
+  ContextState* ctx = runtime_context();
+  if (ctx == nullptr) return RuntimeAnswer::pass;
+  settle_deferred_frees(*ctx);
+  CUdeviceptr p = 0;
+  const CUresult r = serve_alloc(*ctx, &p, size, kUnorderedStreamId);
+  if (r == CUDA_SUCCESS) *out = reinterpret_cast<void*>(p);
+  return runtime_answer(r);
+}
+
+// cudaFree(NULL) goes to cudart: programs call it to initialize the runtime.
+// Another context's block is freed in that context (free_anywhere).
+RuntimeAnswer runtime_free(void* ptr) {
+  ContextState* ctx = ptr != nullptr ? runtime_context() : nullptr;
+  if (ctx == nullptr) return RuntimeAnswer::pass;
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  ContextState* tried = nullptr;
+  if (free_in_last_cache(p, &tried)) [[likely]] return RuntimeAnswer::served;
+  settle_deferred_frees(*ctx);
+  return free_anywhere(ctx, p, tried) == kSuccess ? RuntimeAnswer::served : RuntimeAnswer::pass;
+}
+
+// A stream being captured, or of another context, goes to cudart (and on
+// to the hooked cuMemAllocAsync), as does a capture on another stream.
+RuntimeAnswer runtime_malloc_async(void** out, size_t size, CUstream stream, bool ptsz) {
+  if (out == nullptr || size == 0 || !serving(current_mode()) || stream_is_capturing(stream, ptsz) ||
+      capture_in_flight())
+    return RuntimeAnswer::pass;
+  ContextState* ctx = current_context_state();
+  if (ctx == nullptr || !serve_async_on(*ctx, stream, ptsz)) return RuntimeAnswer::pass;
+  const StreamId id = stream_id(stream, ptsz);
+  note_use(ctx, id);
+  settle_deferred_frees(*ctx);
+  CUdeviceptr p = 0;
+  const CUresult r = serve_alloc(*ctx, &p, size, id);
+  if (r == CUDA_SUCCESS) *out = reinterpret_cast<void*>(p);
+  return runtime_answer(r);
+}
+
+RuntimeAnswer runtime_free_async(void* ptr, CUstream stream, bool ptsz) {
+  ContextState* ctx = ptr != nullptr ? runtime_context() : nullptr;
+  if (ctx == nullptr) return RuntimeAnswer::pass;
+  const StreamId id = stream_id(stream, ptsz);
+  if (!stream_of_other_context(*ctx, stream)) note_use(ctx, id);
+  return free_on_stream_anywhere(ctx, reinterpret_cast<DevicePtr>(ptr), id) == kSuccess ? RuntimeAnswer::served
+                                                                                        : RuntimeAnswer::pass;
+}
+
+// ---- the pluggable route (driver_ops.h) ----
+
+namespace {
+
+// The reserved bytes of `s` are within the run-time fraction of `device`.
+bool within_fraction(ContextState& s, int device) {
+  const double f = memory_fraction_override(device);
+  if (f <= 0.0 || f >= 1.0) [[likely]] return true;
+  const double cap = f * static_cast<double>(s.device_total());
+  return static_cast<double>(s.allocator().stats().reserved_bytes[StatType::aggregate].current) <= cap;
+}
+
+Status free_recorded(ContextState& s, DevicePtr p, StreamId id) {
+  const Status st = s.allocator().record_stream(p, id);
+  return st != kSuccess ? st : s.allocator().free(p);
+}
+
+}  // namespace
+
+void* pluggable_malloc(std::size_t size, int device, CUstream stream) {
+  ContextState* s = current_context_state();
+  if (s == nullptr) return nullptr;
+  const StreamId id = stream_id(stream, false);
+  CachingAllocator& a = s->allocator();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    DevicePtr p = 0;
+    if (tagged_malloc(a, &p, size, id) != kSuccess) return nullptr;  // the core wrote the OOM report
+    if (within_fraction(*s, device)) return reinterpret_cast<void*>(p);
+    a.free(p);
+    a.empty_cache();  // then retry; after the retry, what the failed attempt cached goes back too
+  }
+  obs::logger().error("cachalloc_malloc: {} bytes on device {} would exceed the memory fraction {} of {} bytes",
+                      size, device, memory_fraction_override(device), s->device_total());
+  return nullptr;
+}
+
+// The free names the wrong device when the owner is another device's
+// cache: passive, that device's primary context is checked too (a reset
+// the hooks could not see) before its cache is touched.
+Status pluggable_free(void* ptr, CUstream stream, Mode m) {
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  const StreamId id = stream_id(stream, false);
+  ContextState* s = current_context_state();
+  Status st = s != nullptr ? free_recorded(*s, p, id) : kNotOwned;
+  if (st != kNotOwned) return st;
+  ContextState* owner = find_owner(p);
+  if (owner != nullptr && owner != s && m == Mode::passive) {
+    (void)live_primary(driver(), owner->device(), m, false);
+    if (drop_orphan(ptr)) return kSuccess;
+    owner = find_owner(p);
+  }
+  if (owner != nullptr && owner != s) {
+    ContextGuard guard(driver(), owner->context());
+    st = free_recorded(*owner, p, id);
+  }
+  if (st != kNotOwned) return st;
+  count_foreign();
+  return static_cast<Status>(driver()->cuMemFree_v2(static_cast<CUdeviceptr>(p)));
 }
 
 // Free memory as an allocation could obtain it: the driver's free plus what
@@ -529,22 +677,18 @@ void note_stream_destroying(CUstream stream) {
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemAlloc_v2);
-  try {
+  return cachalloc::shim::guarded([&] {
     if (cachalloc::shim::fast_lane()) [[likely]]
       return cachalloc::shim::serve_mem_alloc(dptr, bytesize);
     return cachalloc::shim::mem_alloc_slow(dptr, bytesize);
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
+  });
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   cachalloc::shim::count_call(cachalloc::obs::Entry::cuMemFree_v2);
-  try {
+  return cachalloc::shim::guarded([&] {
     if (cachalloc::shim::fast_lane()) [[likely]]
       return cachalloc::shim::serve_mem_free(dptr);
     return cachalloc::shim::mem_free_slow(dptr);
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
+  });
 }

@@ -1,19 +1,61 @@
-// driver_ops.h — the semantics behind every allocation entry point.
+// driver_ops.h — the one place that decides, for every route a device
+// allocation or free can take, whether the cache serves it or the call
+// passes on.
 //
-// entry_points.cpp and runtime_entry_points.cpp are a few lines each; the
-// decisions live here: serve from the context's cache, pass to the real
-// driver (not serving, capture, foreign pointer, no context), or refuse
-// (double free, interior pointer).  Return values are the driver's CUresult.
+// The routes: the driver's (cuMemAlloc_v2/cuMemFree_v2, exported at the end
+// of driver_ops.cpp; cuMemAllocAsync/cuMemFreeAsync, entry_points.cpp), the
+// runtime's (cudaMalloc & co., runtime_entry_points.cpp) and PyTorch's
+// pluggable ABI (pluggable_api.cpp).  Those files only translate arguments
+// and answers; the decisions live here: serve from the context's cache, in
+// the context that owns a pointer (made current for the call, never by a
+// second pass through the hooks), pass on (not serving, capture, foreign
+// pointer, no context), or refuse (double free, interior pointer).  The
+// driver route's answers are the driver's CUresult.  Pinned host memory has
+// its own room, host_ops.h.
 #pragma once
 
 #include "context_registry.h"
 #include "cuda_api.h"
+#include "process_state.h"
 
 namespace cachalloc::shim {
 
 CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool ptsz);
 CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz);
 CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes);
+
+// ---- the runtime route (runtime_entry_points.cpp) ----
+// The driver route's decisions, with one difference: what the cache does
+// not complete goes to cudart's own function instead of the driver, so that
+// cudart's error codes and last-error state stay exactly cudart's (cudart
+// then reaches the hooked driver call, which refuses or passes as above).
+// So does a call without a current context (cudart's lazy initialization
+// must run) and one during a graph capture (the hooked call holds or
+// refuses as the driver would, capture_owned.h).
+enum class RuntimeAnswer {
+  served,             // done: cudaSuccess
+  pass,               // call cudart's function
+  pass_out_of_memory  // the same under RepeatOomGuard: the cache's retry path and OOM report ran already
+};
+RuntimeAnswer runtime_malloc(void** out, size_t size);
+RuntimeAnswer runtime_free(void* ptr);
+RuntimeAnswer runtime_malloc_async(void** out, size_t size, CUstream stream, bool ptsz);
+RuntimeAnswer runtime_free_async(void* ptr, CUstream stream, bool ptsz);
+
+// ---- the pluggable route (pluggable_api.cpp) ----
+// Called with the device's primary context current, the mode caching, no
+// capture on `stream` and the ABI's own bookkeeping (graph allocations,
+// deferred frees, orphans of a reset) done.
+// An allocation for `stream` within the run-time fraction of `device`
+// (primary_contexts.h): over it, the cache is emptied and the allocation
+// retried once, as PyTorch does.  nullptr when it cannot be served (the
+// core wrote the OOM report; an excess over the fraction is logged here).
+void* pluggable_malloc(std::size_t size, int device, CUstream stream);
+// Frees `ptr` for `stream`: in the current context's cache, else in the
+// owner's (made current; passive, its primary is checked against a reset
+// first), else with the driver (memory served while cachalloc was
+// disabled).  The core's Status (an error: not a live allocation).
+Status pluggable_free(void* ptr, CUstream stream, Mode m);
 
 // The runtime hooks hand a failed cudaMalloc to cudart so that cudart's
 // error state stays exact; cudart then calls cuMemAlloc_v2 for the same

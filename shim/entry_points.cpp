@@ -15,6 +15,7 @@
 #include "ipc_ops.h"
 #include "link_imports.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 
 using namespace cachalloc::shim;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "guarded.h"
 #include "load_mode.h"
 #include "log.h"
 
@@ -249,11 +250,11 @@ CACHALLOC_EXPORT void cachalloc_pluggable_begin_allocate_to_pool(int device, Poo
                                                                   std::function<bool(CUstream)> filter) {
   static const BeginFn other = forwarded<BeginFn>("cachalloc_pluggable_begin_allocate_to_pool");
   if (BeginFn f = other) return f(device, pool, filter);
-  try {
-    cachalloc::shim::begin(device, pool, std::move(filter));
-  } catch (...) {
+  if (!cachalloc::shim::guarded(false, [&] {
+        cachalloc::shim::begin(device, pool, std::move(filter));
+        return true;
+      }))
     cachalloc::obs::logger().error("begin_allocate_to_pool: out of memory; the capture's blocks are kept for good");
-  }
 }
 
 CACHALLOC_EXPORT void cachalloc_pluggable_end_allocate_to_pool(int device, PoolIdArg pool) {
@@ -265,9 +266,9 @@ CACHALLOC_EXPORT void cachalloc_pluggable_end_allocate_to_pool(int device, PoolI
 CACHALLOC_EXPORT void cachalloc_pluggable_release_pool(int device, PoolIdArg pool) {
   static const PoolFn other = forwarded<PoolFn>("cachalloc_pluggable_release_pool");
   if (PoolFn f = other) return f(device, pool);
-  try {
-    cachalloc::shim::release(device, pool);
-  } catch (...) {
+  if (!cachalloc::shim::guarded(false, [&] {
+        cachalloc::shim::release(device, pool);
+        return true;
+      }))
     cachalloc::obs::logger().error("release_pool: out of memory; the pool's blocks stay allocated");
-  }
 }

@@ -6,8 +6,9 @@
 
 #include "context_registry.h"
 #include "cuda_host_backend.h"
-#include "process_state.h"
 #include "real_driver.h"
+#include "report_source.h"
+#include "start_up.h"
 
 namespace cachalloc::shim {
 namespace {
@@ -23,7 +24,9 @@ HostCache* cache() {
   std::call_once(once, [] {
     auto* backend = new CudaHostBackend(real_driver());
     set_context_retired_listener(host_context_retired);  // before the cache can own a block
-    g_cache.store(new HostCache(backend, config().pinned_max_cached), std::memory_order_release);
+    auto* created = new HostCache(backend, config().pinned_max_cached);
+    note_host_cache(created);  // for the reports, before any hook can find it
+    g_cache.store(created, std::memory_order_release);
   });
   return g_cache.load(std::memory_order_acquire);
 }

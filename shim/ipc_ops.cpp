@@ -9,6 +9,7 @@
 #include "ipc_probe.h"
 #include "log.h"
 #include "process_state.h"
+#include "start_up.h"
 
 namespace cachalloc::shim {
 namespace {

@@ -11,6 +11,7 @@
 #include "guarded.h"
 #include "log.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 #include "tags.h"
 

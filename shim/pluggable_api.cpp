@@ -50,15 +50,15 @@
 #include "cachalloc.h"
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "driver_ops.h"
 #include "graph_pools.h"
 #include "guarded.h"
 #include "load_mode.h"
 #include "log.h"
 #include "primary_contexts.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
-#include "stream_ids.h"
-#include "tags.h"
 
 #define CACHALLOC_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -173,42 +173,15 @@ void defer_free(void* ptr, int device, CUstream stream) {
   g_deferred_count.store(deferred_frees().size(), std::memory_order_relaxed);
 }
 
-// --- serving -----------------------------------------------------------------------
+// --- serving: the decisions are driver_ops.h's ---------------------------------
 
-Status free_on(ContextState& s, DevicePtr p, StreamId id) {
-  const Status st = s.allocator().record_stream(p, id);
-  return st != kSuccess ? st : s.allocator().free(p);
-}
-
-// Frees `p` (the primary context of its device current, or the caller's):
-// in the current context's cache, else in whichever context owns it, else
-// (cachalloc was disabled when it was allocated) with the driver.  Memory
-// allocated during a capture is kept (see the banner).
-void free_now(const RealDriver* d, Mode m, void* ptr, CUstream stream) {
+// Frees `p` (the primary context of its device current, or the caller's).
+// Memory allocated during a capture is kept (see the banner); a block of a
+// context found reset is dropped.
+void free_now(Mode m, void* ptr, CUstream stream) {
   if (kept_for_graphs(ptr)) [[unlikely]] return;
   if (drop_orphan(ptr)) [[unlikely]] return;
-  const auto p = reinterpret_cast<DevicePtr>(ptr);
-  const StreamId id = stream_id(stream, false);
-  ContextState* s = current_context_state();
-  Status st = s != nullptr ? free_on(*s, p, id) : kNotOwned;
-  if (st == kNotOwned) {
-    ContextState* owner = find_owner(p);
-    if (owner != nullptr && owner != s && m == Mode::passive) {
-      // Another device's cache (the free named the wrong device): check
-      // that device's primary context too before touching its cache.
-      (void)live_primary(d, owner->device(), m, false);
-      if (drop_orphan(ptr)) return;
-      owner = find_owner(p);
-    }
-    if (owner != nullptr && owner != s) {
-      ContextGuard guard(d, owner->context());
-      st = free_on(*owner, p, id);
-    }
-  }
-  if (st == kNotOwned) {
-    counters().count(obs::Passthrough::foreign_pointer);
-    st = static_cast<Status>(d->cuMemFree_v2(static_cast<CUdeviceptr>(p)));
-  }
+  const Status st = pluggable_free(ptr, stream, m);
   if (st != kSuccess)
     obs::logger().error("cachalloc_free({}): not a live allocation (freed twice, or not from cachalloc_malloc): "
                         "error {}",
@@ -229,36 +202,8 @@ void settle_deferred(const RealDriver* d, Mode m) {
   for (const DeferredFree& f : todo) {
     std::optional<ContextGuard> guard;
     if (CUcontext ctx = live_primary(d, f.device, m, false)) guard.emplace(d, ctx);
-    free_now(d, m, f.ptr, f.stream);
+    free_now(m, f.ptr, f.stream);
   }
-}
-
-// The reserved bytes of `s` are within the run-time fraction of `device`.
-bool within_fraction(ContextState& s, int device) {
-  const double f = memory_fraction_override(device);
-  if (f <= 0.0 || f >= 1.0) [[likely]] return true;
-  const double cap = f * static_cast<double>(s.device_total());
-  return static_cast<double>(s.allocator().stats().reserved_bytes[StatType::aggregate].current) <= cap;
-}
-
-// Allocates in the current context's cache for `stream`; applies the
-// run-time fraction as PyTorch does: over it, the cache is emptied and the
-// allocation retried once; still over it, out of memory.
-void* serve_malloc(std::size_t size, int device, CUstream stream) {
-  ContextState* s = current_context_state();
-  if (s == nullptr) return nullptr;
-  const StreamId id = stream_id(stream, false);
-  CachingAllocator& a = s->allocator();
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    DevicePtr p = 0;
-    if (tagged_malloc(a, &p, size, id) != kSuccess) return nullptr;  // the core wrote the OOM report
-    if (within_fraction(*s, device)) return reinterpret_cast<void*>(p);
-    a.free(p);
-    a.empty_cache();  // then retry; after the retry, what the failed attempt cached goes back too
-  }
-  obs::logger().error("cachalloc_malloc: {} bytes on device {} would exceed the memory fraction {} of {} bytes",
-                      size, device, memory_fraction_override(device), s->device_total());
-  return nullptr;
 }
 
 }  // namespace
@@ -291,7 +236,7 @@ CACHALLOC_EXPORT void* cachalloc_malloc(ssize_t size, int device, struct CUstrea
     }
     settle_deferred(d, m);
     give_back_released_pool_blocks(d);
-    return serve_malloc(static_cast<std::size_t>(size), device, stream);
+    return pluggable_malloc(static_cast<std::size_t>(size), device, stream);
   });
 }
 
@@ -318,7 +263,7 @@ CACHALLOC_EXPORT void cachalloc_free(void* ptr, ssize_t size, int device, struct
     }
     settle_deferred(d, m);
     give_back_released_pool_blocks(d);
-    free_now(d, m, ptr, stream);
+    free_now(m, ptr, stream);
     return 0;
   });
 }

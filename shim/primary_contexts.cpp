@@ -12,6 +12,7 @@
 #include "context_registry.h"
 #include "log.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 
 namespace cachalloc::shim {

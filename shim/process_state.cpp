@@ -11,11 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "link_imports.h"
 #include "load_mode.h"
 #include "obs/log.h"
 #include "real_driver.h"
-#include "report_source.h"
 
 namespace cachalloc::shim {
 
@@ -115,7 +113,7 @@ void report_config_errors(const std::vector<std::string>& errors) {
   obs::logger().flush();
 }
 
-void initialize() {
+void initialize(const StartUpSteps& steps) {
   g_time_wrappers.store(0, std::memory_order_relaxed);  // known from here on: off unless stats: says so
   const char* text = std::getenv("CACHALLOC_CONF");
   config_errors_storage() = apply_config(text ? text : "", &config_storage());
@@ -130,7 +128,7 @@ void initialize() {
   apply_config_tag(config_storage());
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(on_exit);
-  start_observability(config_storage());
+  steps.start_observability(config_storage());
   report_config_errors(config_errors_storage());
   for (const std::string& w : tms_warnings) obs::logger().warn("{} (docs/PAUSE.md)", w);
   // Preloaded: the hooks serve.  dlopen'ed (pluggable allocator): only the
@@ -149,7 +147,7 @@ void initialize() {
   }
   // Before the first context's cache: a program that binds at link time a
   // driver name no hook sees starts fenced (link_imports.h).
-  if (m == Mode::active) check_link_imports_at_start();
+  if (m == Mode::active) steps.check_link_imports();
   g_mode.store(m, std::memory_order_release);
   if (m == Mode::active && g_time_wrappers.load(std::memory_order_relaxed) == 0)
     detail::g_fast_lane.store(true, std::memory_order_release);
@@ -159,16 +157,12 @@ void initialize() {
 
 std::atomic<int> g_time_wrappers{-1};
 
-bool detail::time_wrappers_after_init() {
-  (void)current_mode();
-  return g_time_wrappers.load(std::memory_order_relaxed) > 0;
-}
 namespace detail {
 constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec"))) = false;
 }  // namespace detail
 
-Mode detail::initialize_mode() {
-  std::call_once(g_init_once, initialize);
+Mode detail::initialize_mode(const StartUpSteps& steps) {
+  std::call_once(g_init_once, [&] { initialize(steps); });
   return g_mode.load(std::memory_order_acquire);
 }
 

@@ -1,6 +1,7 @@
 // process_state.h — whether cachalloc serves allocations in this process.
 //
-// The state is decided on the first call of a hook (never at load time):
+// The state is decided on the first call of a hook (never at load time;
+// start_up.h starts it, handing down the steps of the floors above):
 //   active    — CACHALLOC_CONF parsed, libcuda loaded: the cache serves.
 //   disabled  — a bad CACHALLOC_CONF (its message printed once on stderr), or
 //               no usable libcuda: every call goes to the driver unchanged.
@@ -12,8 +13,9 @@
 //               (PyTorch's pluggable allocator, python/cachalloc), not preloaded:
 //               the caches serve only the pluggable ABI and the control API,
 //               every hook passes to the driver (load_mode.h).
-// Also the process-wide interposer counters and the optional timing of the
-// wrappers (only with config.stats set, so the default hot path stays lean).
+// Also the process-wide interposer counters and the timing of the driver
+// calls made inside timed wrappers (the wrappers' own timer, on only with
+// config.stats set, is start_up.h's).
 #pragma once
 
 #include <atomic>
@@ -29,20 +31,32 @@ namespace cachalloc::shim {
 
 enum class Mode : int { uninitialized, active, disabled, forked, exiting, passive };
 
+// What start-up needs of the floors above this one (start_up.h hands them
+// down on the first call of a hook): this file calls nothing above it.
+struct StartUpSteps {
+  // Logging, the process observer, the exit hooks with their report source
+  // (report_source.h).
+  void (*start_observability)(const Config& config);
+  // The first look at the link imports, before the first context's cache,
+  // while the hooks are to serve (link_imports.h).
+  void (*check_link_imports)() noexcept;
+};
+
 namespace detail {
 extern std::atomic<Mode> g_mode;
-Mode initialize_mode();
+// Decides the mode once (the first caller runs `steps`); the others wait
+// for it.  Called by start_up.h's current_mode().
+Mode initialize_mode(const StartUpSteps& steps);
 // Trivially destructible and constant-initialized: usable before any
 // constructor and after every destructor (hooks run at exit too).
 extern constinit obs::InterposerCounters g_counters;
 }  // namespace detail
 
-// Initializes on first call; afterwards one load, inline (every hook asks).
-inline Mode current_mode() {
-  const Mode m = detail::g_mode.load(std::memory_order_acquire);
-  if (m != Mode::uninitialized) [[likely]] return m;
-  return detail::initialize_mode();
-}
+// The mode as decided so far, without deciding it: uninitialized (never
+// serving) until the first hook's call runs start-up.  For the floors below
+// start_up.h, which no program call reaches first: the hooks above them
+// call current_mode() (start_up.h), which decides it.
+inline Mode mode_now() { return detail::g_mode.load(std::memory_order_acquire); }
 inline bool serving(Mode m) { return m == Mode::active; }
 // A child of fork(): the control and tag APIs answer at once, before any
 // lock (one a parent thread held at the fork would never be released).
@@ -53,7 +67,7 @@ inline bool in_forked_child() { return detail::g_mode.load(std::memory_order_rel
 // timing is off.  Written with them (process_state.cpp): set once
 // initialization ends in that state, cleared before fork's child or exit
 // changes the mode.  False sends a call the long way (current_mode(),
-// WrapperTimer), which also initializes the process.
+// WrapperTimer: start_up.h), which also initializes the process.
 namespace detail {
 extern std::atomic<bool> g_fast_lane;
 }  // namespace detail
@@ -68,7 +82,6 @@ const std::vector<std::string>& config_errors();
 
 inline obs::InterposerCounters& counters() { return detail::g_counters; }
 
-// Set during initialization when config.stats asks for a report.
 // -1 until the process is initialized, then 1 when config.stats asks for a
 // report, else 0: one load tells the common case (0) from the others.
 extern std::atomic<int> g_time_wrappers;
@@ -79,48 +92,11 @@ namespace detail {
 // control API's and exit's driver calls are not in ns_inside).
 extern constinit thread_local bool t_in_timed_wrapper __attribute__((tls_model("initial-exec")));
 
-// The first call of a process initializes it here (its own driver calls,
-// the first segment's, are timed too), then says whether timing is on.
-[[gnu::noinline, gnu::cold]] bool time_wrappers_after_init();
-
 inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   const auto d = std::chrono::steady_clock::now() - since;
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 }  // namespace detail
-
-// Adds the wall time of a wrapper to counters().ns_inside when timing is on.
-// Inline only the test of the common case (timing off); starting and
-// stopping are out of line so that the wrappers stay small.
-class WrapperTimer {
- public:
-  WrapperTimer() {
-    const int timing = g_time_wrappers.load(std::memory_order_relaxed);
-    if (timing == 0) [[likely]] return;
-    if (timing > 0 || detail::time_wrappers_after_init()) start();
-  }
-  ~WrapperTimer() {
-    if (on_) [[unlikely]] stop();
-  }
-  WrapperTimer(const WrapperTimer&) = delete;
-  WrapperTimer& operator=(const WrapperTimer&) = delete;
-
- private:
-  [[gnu::noinline]] void start() {
-    on_ = true;
-    outer_ = detail::t_in_timed_wrapper;
-    detail::t_in_timed_wrapper = true;
-    start_ = std::chrono::steady_clock::now();
-  }
-  [[gnu::noinline]] void stop() {
-    counters().ns_inside.fetch_add(detail::elapsed_ns(start_), std::memory_order_relaxed);
-    detail::t_in_timed_wrapper = outer_;
-  }
-
-  bool on_ = false;
-  bool outer_ = false;
-  std::chrono::steady_clock::time_point start_{};
-};
 
 // Adds the wall time of one driver call made for the cache (CudaBackend) to
 // counters().ns_in_driver when it is made inside a timed wrapper: the dump
@@ -145,10 +121,5 @@ class DriverTimer {
   obs::DriverCall which_;
   std::chrono::steady_clock::time_point start_{};
 };
-
-// Counts one entry and times the wrapper: `ENTRY_SCOPE(cuMemAlloc_v2);`
-#define CACHALLOC_ENTRY(name)                                   \
-  ::cachalloc::shim::count_call(::cachalloc::obs::Entry::name); \
-  ::cachalloc::shim::WrapperTimer cachalloc_timer_
 
 }  // namespace cachalloc::shim

@@ -5,6 +5,8 @@
 // exit and possibly in a signal handler).
 #include <unistd.h>
 
+#include <atomic>
+
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -12,7 +14,7 @@
 #include "tags.h"
 #include "context_registry.h"
 #include "exit_hooks.h"
-#include "host_ops.h"
+#include "host_cache.h"
 #include "obs/atomic_file.h"
 #include "obs/log.h"
 #include "obs/path_template.h"
@@ -32,6 +34,8 @@ std::string command_line() {
     if (c == '\0') c = ' ';
   return raw;
 }
+
+std::atomic<HostCache*> g_host_cache{nullptr};
 
 void copy_counters(obs::ProcessReport* report) {
   const obs::InterposerCounters& c = counters();
@@ -68,6 +72,8 @@ void check_report_paths(const Config& cfg) {
   }
 }
 
+void note_host_cache(HostCache* cache) { g_host_cache.store(cache, std::memory_order_release); }
+
 void start_observability(const Config& cfg) {
   check_report_paths(cfg);
   obs::init_logging(cfg);
@@ -98,7 +104,7 @@ cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments) {
     }
     shim::copy_counters(&report);
     report.repeated_ooms = obs::ProcessObserver::instance().repeated_ooms();
-    if (HostCache* h = shim::host_cache_if_any()) {
+    if (HostCache* h = shim::g_host_cache.load(std::memory_order_acquire)) {
       report.has_host = true;
       report.host = h->stats();
     }

@@ -18,8 +18,16 @@
 // exiting, possibly in a signal handler): it only reads the core's state.
 cachalloc::obs::ProcessReport cachalloc_collect_report(bool with_segments);
 
+namespace cachalloc {
+class HostCache;
+}
+
 namespace cachalloc::shim {
 
 void start_observability(const Config& config);
+
+// The pinned host cache, for the reports: host_ops.cpp says so when it
+// creates it (this file, below the host hooks, includes nothing of theirs).
+void note_host_cache(HostCache* cache);
 
 }  // namespace cachalloc::shim

@@ -2,10 +2,10 @@
 //
 // A program (or library such as libtorch_cuda) linked against libcudart.so
 // resolves cudaMalloc to this export first.  Serving the request here skips
-// cudart's own layers around the driver call.  It is done only where that is
-// safe: a context must be current (else cudart's lazy initialization must
-// run) and the cache must succeed; on anything else the call goes to the
-// real cudart function, so cudart's last-error state and error codes stay
+// cudart's own layers around the driver call.  Whether the cache serves is
+// decided in driver_ops.h (the runtime route), as for every other route:
+// this file only translates, cudaSuccess for a served call, else the real
+// cudart function, so cudart's last-error state and error codes stay
 // exactly right (an error from the cache is then reproduced by cudart,
 // which reaches the driver through the hooked cuGetProcAddress route).
 // Static-cudart binaries never call these (their cudaMalloc is internal);
@@ -17,16 +17,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "capture_tracking.h"
-#include "context_registry.h"
 #include "driver_ops.h"
-#include "free_policy.h"
 #include "guarded.h"
 #include "host_ops.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
-#include "stream_ids.h"
-#include "tags.h"
 
 using namespace cachalloc;
 using namespace cachalloc::shim;
@@ -60,69 +56,16 @@ Fn real_cudart(const char* name) {
 #define REAL_CUDART(fn) \
   static const auto real_##fn = real_cudart<decltype(&::fn)>(#fn)
 
-// The current context's state when the cache may serve, else nullptr.
-ContextState* serving_context() {
-  if (!serving(current_mode())) return nullptr;
-  return current_context_state();
-}
-
-// kSuccess when the cache served; otherwise the caller asks cudart.
-// During a graph capture cudart is asked: it reaches the hooked driver
-// calls, which hold or refuse as the driver would (capture_owned.h), and
-// keeps its own error state exact.  Likewise for the frees below.
-Status try_alloc(void** out, size_t size, StreamId stream) {
-  if (out == nullptr || size == 0) return kInvalidValue;
-  if (capture_in_flight()) [[unlikely]] return kNotOwned;
-  ContextState* ctx = serving_context();
-  if (ctx == nullptr) return kNotOwned;
-  settle_deferred_frees(*ctx);
-  DevicePtr p = 0;
-  Status s = tagged_malloc(ctx->allocator(), &p, size, stream);
-  if (s == kSuccess) *out = reinterpret_cast<void*>(p);
-  return s;
-}
-
-bool try_free(void* ptr) {
-  ContextState* ctx = ptr != nullptr && !capture_in_flight() ? serving_context() : nullptr;
-  if (ctx == nullptr) return false;
-  auto p = reinterpret_cast<DevicePtr>(ptr);
-  return free_by_rule(*ctx, p, choose_free_rule(ctx->free_sync(), *ctx)) == kSuccess;
-}
-
-Status try_alloc_async(void** out, size_t size, cudaStream_t s, bool ptsz) {
-  auto cs = reinterpret_cast<CUstream>(s);
-  if (stream_is_capturing(cs, ptsz)) return kNotOwned;
-  ContextState* ctx = serving_context();
-  if (ctx == nullptr || !serve_async_on(*ctx, cs, ptsz)) return kNotOwned;
-  return try_alloc(out, size, stream_id(cs, ptsz));
-}
-
-// A capture in flight on `s`: cudart's own path (the hooked cuMemFreeAsync)
-// gives the driver's answer.
-bool try_free_async(void* ptr, cudaStream_t s, bool ptsz) {
-  ContextState* ctx = ptr != nullptr && !capture_in_flight() ? serving_context() : nullptr;
-  if (ctx == nullptr) return false;
-  auto p = reinterpret_cast<DevicePtr>(ptr);
-  const StreamId id = stream_id(reinterpret_cast<CUstream>(s), ptsz);
-  ctx->note_stream(id, false);  // blocking or not, this free waits on `s` itself
-  if (ctx->allocator().record_stream(p, id) != kSuccess) return false;
-  return ctx->allocator().free(p) == kSuccess;
-}
-
-// Runs `alloc` (a try_alloc*); on success returns true.  On out-of-memory
-// the cache has already run its retry path, so the fallback to cudart
-// (`fallback`) runs under RepeatOomGuard: cudart reproduces the error and
-// its last-error state without a second retry path or OOM report.
-template <typename Alloc, typename Fallback>
-cudaError_t alloc_or_fallback(Alloc&& alloc, Fallback&& fallback) noexcept {
-  Status s = kNotOwned;
-  try {
-    s = alloc();
-  } catch (...) {
-    s = kNotOwned;
-  }
-  if (s == kSuccess) return cudaSuccess;
-  if (s == kOutOfMemory) {
+// What a RuntimeAnswer (driver_ops.h) means here: served, cudaSuccess;
+// else cudart's own function (`fallback`) runs, under RepeatOomGuard when
+// the cache ran out of memory, so that cudart reproduces the error and its
+// last-error state without a second retry path or OOM report.  An
+// exception of the cache's counts as not served.
+template <typename Decide, typename Fallback>
+cudaError_t served_or(Decide&& decide, Fallback&& fallback) noexcept {
+  const RuntimeAnswer a = guarded(RuntimeAnswer::pass, std::forward<Decide>(decide));
+  if (a == RuntimeAnswer::served) [[likely]] return cudaSuccess;
+  if (a == RuntimeAnswer::pass_out_of_memory) {
     RepeatOomGuard guard;
     return fallback();
   }
@@ -133,46 +76,52 @@ cudaError_t alloc_or_fallback(Alloc&& alloc, Fallback&& fallback) noexcept {
 
 EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   CACHALLOC_ENTRY(cudaMalloc);
-  REAL_CUDART(cudaMalloc);
-  return alloc_or_fallback([&] { return try_alloc(devPtr, size, kUnorderedStreamId); },
-                           [&] { return real_cudaMalloc ? real_cudaMalloc(devPtr, size) : cudaErrorInitializationError; });
+  return served_or([&] { return runtime_malloc(devPtr, size); },
+                   [&] {
+                     REAL_CUDART(cudaMalloc);
+                     return real_cudaMalloc ? real_cudaMalloc(devPtr, size) : cudaErrorInitializationError;
+                   });
 }
 
 EXPORT cudaError_t cudaFree(void* devPtr) {
   CACHALLOC_ENTRY(cudaFree);
-  if (guarded(false, [&] { return try_free(devPtr); })) return cudaSuccess;
-  REAL_CUDART(cudaFree);
-  return real_cudaFree ? real_cudaFree(devPtr) : cudaErrorInitializationError;
+  return served_or([&] { return runtime_free(devPtr); },
+                   [&] {
+                     REAL_CUDART(cudaFree);
+                     return real_cudaFree ? real_cudaFree(devPtr) : cudaErrorInitializationError;
+                   });
 }
 
 EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaMallocAsync);
-  REAL_CUDART(cudaMallocAsync);
-  return alloc_or_fallback([&] { return try_alloc_async(devPtr, size, stream, false); }, [&] {
+  return served_or([&] { return runtime_malloc_async(devPtr, size, reinterpret_cast<CUstream>(stream), false); }, [&] {
+    REAL_CUDART(cudaMallocAsync);
     return real_cudaMallocAsync ? real_cudaMallocAsync(devPtr, size, stream) : cudaErrorInitializationError;
   });
 }
 
 EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaMallocAsync);
-  REAL_CUDART(cudaMallocAsync_ptsz);
-  return alloc_or_fallback([&] { return try_alloc_async(devPtr, size, stream, true); }, [&] {
+  return served_or([&] { return runtime_malloc_async(devPtr, size, reinterpret_cast<CUstream>(stream), true); }, [&] {
+    REAL_CUDART(cudaMallocAsync_ptsz);
     return real_cudaMallocAsync_ptsz ? real_cudaMallocAsync_ptsz(devPtr, size, stream) : cudaErrorInitializationError;
   });
 }
 
 EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaFreeAsync);
-  if (guarded(false, [&] { return try_free_async(devPtr, stream, false); })) return cudaSuccess;
-  REAL_CUDART(cudaFreeAsync);
-  return real_cudaFreeAsync ? real_cudaFreeAsync(devPtr, stream) : cudaErrorInitializationError;
+  return served_or([&] { return runtime_free_async(devPtr, reinterpret_cast<CUstream>(stream), false); }, [&] {
+    REAL_CUDART(cudaFreeAsync);
+    return real_cudaFreeAsync ? real_cudaFreeAsync(devPtr, stream) : cudaErrorInitializationError;
+  });
 }
 
 EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
   CACHALLOC_ENTRY(cudaFreeAsync);
-  if (guarded(false, [&] { return try_free_async(devPtr, stream, true); })) return cudaSuccess;
-  REAL_CUDART(cudaFreeAsync_ptsz);
-  return real_cudaFreeAsync_ptsz ? real_cudaFreeAsync_ptsz(devPtr, stream) : cudaErrorInitializationError;
+  return served_or([&] { return runtime_free_async(devPtr, reinterpret_cast<CUstream>(stream), true); }, [&] {
+    REAL_CUDART(cudaFreeAsync_ptsz);
+    return real_cudaFreeAsync_ptsz ? real_cudaFreeAsync_ptsz(devPtr, stream) : cudaErrorInitializationError;
+  });
 }
 
 // The driver route (hooked) computes the cache-aware numbers; cudart only
@@ -188,25 +137,13 @@ EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 // path, which reaches the hooked driver calls.
 
 EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
-  Status s = kNotOwned;
-  try {
-    s = host_cache_alloc(pHost, size, flags);
-  } catch (...) {
-    s = kNotOwned;
-  }
-  if (s == kSuccess) return cudaSuccess;
+  if (guarded(kNotOwned, [&] { return host_cache_alloc(pHost, size, flags); }) == kSuccess) return cudaSuccess;
   REAL_CUDART(cudaHostAlloc);
   return real_cudaHostAlloc ? real_cudaHostAlloc(pHost, size, flags) : cudaErrorInitializationError;
 }
 
 EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
-  Status s = kNotOwned;
-  try {
-    s = host_cache_alloc(ptr, size, 0);
-  } catch (...) {
-    s = kNotOwned;
-  }
-  if (s == kSuccess) return cudaSuccess;
+  if (guarded(kNotOwned, [&] { return host_cache_alloc(ptr, size, 0); }) == kSuccess) return cudaSuccess;
   REAL_CUDART(cudaMallocHost);
   return real_cudaMallocHost ? real_cudaMallocHost(ptr, size) : cudaErrorInitializationError;
 }

@@ -61,7 +61,7 @@ struct WatchedCall {
 
 void note_per_thread_stream() noexcept {
   try {
-    if (!serving(current_mode())) return;
+    if (!serving(mode_now())) return;  // before start-up nothing is served: nothing to note
     ContextState* ctx = current_context_state();
     if (ctx == nullptr) return;
     static constinit thread_local ContextState* t_noted = nullptr;

@@ -18,7 +18,9 @@
 #include "cachalloc.h"
 #include "capture_tracking.h"
 #include "context_registry.h"
+#include "guarded.h"
 #include "process_state.h"
+#include "start_up.h"
 #include "real_driver.h"
 #include "tags.h"
 
@@ -38,15 +40,6 @@ struct Settings {
 Settings& settings() {
   static Settings* s = new Settings;  // never destroyed: read until exit
   return *s;
-}
-
-template <typename Body>
-int guarded(Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) {
-    return CACHALLOC_ERROR_UNKNOWN;
-  }
 }
 
 std::vector<ContextState*> live_states() {
@@ -95,7 +88,7 @@ using namespace cachalloc;
 using namespace cachalloc::shim;
 
 CACHALLOC_EXPORT int cachalloc_set_tag_with_backup(const char* tag, int backup) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag_id(tag);
     if (id == kBadTag || backup < CACHALLOC_TAG_PROCESS || backup > CACHALLOC_BACKUP_PAGEABLE)
@@ -111,7 +104,7 @@ CACHALLOC_EXPORT int cachalloc_set_tag_with_backup(const char* tag, int backup) 
 }
 
 CACHALLOC_EXPORT int cachalloc_get_tag_with_backup(char* buf, size_t len, int* backup) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     if (buf == nullptr || len == 0 || backup == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
     const TagId id = current_tag();
@@ -128,7 +121,7 @@ CACHALLOC_EXPORT int cachalloc_get_tag_with_backup(char* buf, size_t len, int* b
 }
 
 CACHALLOC_EXPORT int cachalloc_set_tag_retain_backup(const char* tag, int retain) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     if (retain != 0 && retain != 1) return CACHALLOC_ERROR_INVALID_VALUE;
     const TagId id = tag == nullptr ? kUntagged : named_tag(tag);
@@ -139,7 +132,7 @@ CACHALLOC_EXPORT int cachalloc_set_tag_retain_backup(const char* tag, int retain
 }
 
 CACHALLOC_EXPORT int cachalloc_get_tag_retain_backup(const char* tag) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return -CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = tag == nullptr ? kUntagged : named_tag(tag);
     if (id == kBadTag) return -CACHALLOC_ERROR_INVALID_VALUE;
@@ -148,7 +141,7 @@ CACHALLOC_EXPORT int cachalloc_get_tag_retain_backup(const char* tag) {
 }
 
 CACHALLOC_EXPORT int cachalloc_get_backup_pointer(const void* ptr, size_t size, void** host) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (host == nullptr) return CACHALLOC_ERROR_INVALID_VALUE;
     *host = nullptr;
     if (in_forked_child() || !caching(current_mode())) return CACHALLOC_ERROR_NOT_INITIALIZED;
@@ -166,7 +159,7 @@ CACHALLOC_EXPORT int cachalloc_get_backup_pointer(const void* ptr, size_t size, 
 }
 
 CACHALLOC_EXPORT int cachalloc_set_pause_backup_dir(const char* dir, int named) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the settings' lock
     if (named != 0 && named != 1) return CACHALLOC_ERROR_INVALID_VALUE;
     set_backup_files(dir == nullptr ? std::string() : std::string(dir), named == 1);
@@ -175,7 +168,7 @@ CACHALLOC_EXPORT int cachalloc_set_pause_backup_dir(const char* dir, int named) 
 }
 
 CACHALLOC_EXPORT int cachalloc_empty_tag_cache(const char* tag) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = named_tag(tag);
     if (id == kBadTag) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -194,7 +187,7 @@ CACHALLOC_EXPORT int cachalloc_empty_tag_cache(const char* tag) {
 }
 
 CACHALLOC_EXPORT int cachalloc_set_tag_in_pause_all(const char* tag, int included) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the tags' lock
     const TagId id = named_tag(tag);
     if (id == kBadTag || (included != 0 && included != 1)) return CACHALLOC_ERROR_INVALID_VALUE;
@@ -204,7 +197,7 @@ CACHALLOC_EXPORT int cachalloc_set_tag_in_pause_all(const char* tag, int include
 }
 
 CACHALLOC_EXPORT int cachalloc_set_memory_margin(size_t bytes) {
-  return guarded([&] {
+  return guarded(CACHALLOC_ERROR_UNKNOWN, [&] {
     if (in_forked_child()) return CACHALLOC_ERROR_NOT_INITIALIZED;  // before the registry's lock
     settings().margin.store(bytes);
     for (ContextState* s : live_states()) s->allocator().set_tag_memory_margin(bytes);

@@ -101,6 +101,36 @@ static int foreign(void) {
   return 0;
 }
 
+/* A block of another context, freed with a third one current: served in
+ * its own context (made current for the free, the caller's restored), by
+ * the shim alone with the hooks (no cudart call, so no second pass through
+ * the hooked cuMemFree_v2); the cache then reuses it there. */
+static int other_context(void) {
+  void *p = NULL, *q = NULL;
+  CUcontext a = NULL, b = NULL, cur = NULL;
+  CHECK(cudaFree(NULL) == cudaSuccess);
+  CHECK(cuCtxGetCurrent(&a) == CUDA_SUCCESS && a != NULL);
+  CHECK(cuCtxCreate_v2(&b, 0, 0) == CUDA_SUCCESS); /* current from here on */
+  CHECK(cudaMalloc(&p, 4096) == cudaSuccess);
+  CHECK(cuCtxSetCurrent(a) == CUDA_SUCCESS);
+  unsigned long before = fake_cudart_calls();
+  CHECK(cudaFree(p) == cudaSuccess);
+  CHECK(fake_cudart_calls() == before + (hooks ? 0 : 1));
+  CHECK(cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == a);
+  CHECK(stats().mem_free == 0);
+  CHECK(cuCtxSetCurrent(b) == CUDA_SUCCESS);
+  CHECK(cudaMalloc(&q, 4096) == cudaSuccess);
+  CHECK(q == p);
+  CHECK(stats().mem_alloc == 1);
+  /* Stream-ordered: the same. */
+  CHECK(cuCtxSetCurrent(a) == CUDA_SUCCESS);
+  before = fake_cudart_calls();
+  CHECK(cudaFreeAsync(q, 0) == cudaSuccess);
+  CHECK(fake_cudart_calls() == before + (hooks ? 0 : 1));
+  CHECK(stats().mem_free == 0 && stats().mem_free_async == 0);
+  return 0;
+}
+
 /* Pinned host memory: cudaHostAlloc / cudaMallocHost served by the host
  * cache (by the shim itself with the hooks, else through cudart's driver
  * calls); cudaHostGetFlags answers as for a fresh allocation; errors,
@@ -148,6 +178,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "async")) return async();
   if (!strcmp(argv[1], "foreign")) return foreign();
   if (!strcmp(argv[1], "host")) return host();
+  if (!strcmp(argv[1], "other_context")) return other_context();
   fprintf(stderr, "unknown behaviour %s\n", argv[1]);
   return 1;
 }
