@@ -284,8 +284,11 @@ int cachalloc_set_tag_with_backup(const char* tag, int backup);
 int cachalloc_get_tag_with_backup(char* buf, size_t len, int* backup);
 
 /* Whether a host backup (HOST, PAGEABLE) of `tag` outlives its resume
- * (retain 1) or is given back then (0, the default: the process's host
- * memory drops by the backup).  Read at each resume.  A retained backup
+ * (retain 1, the default: the next pause copies into it at the link's
+ * speed) or is given back then (0: the process's host memory drops by the
+ * backup, and the next pause allocates it again; torch_memory_saver's
+ * default, which its drop-in sets unless TMS_RETAIN_CPU_BACKUP says
+ * otherwise).  Read at each resume.  A retained backup
  * holds the contents of the last pause (cachalloc_get_backup_pointer) and
  * is refilled in place by the next pause; cachalloc_empty_cache gives back
  * one whose blocks were all freed.  tag NULL: every tag, those named later
