@@ -5,6 +5,7 @@
 
 #include "backend_call.h"
 #include "capture_tracking.h"
+#include "fresh_pinned.h"
 #include "process_state.h"
 #include "stream_ids.h"
 
@@ -350,15 +351,17 @@ Status CudaBackend::vm_unmap(DevicePtr at, std::size_t size) {
 
 // ---- pause backups ----
 
+// (fresh_pinned.h: large buffers populated by several threads, then registered)
 Status CudaBackend::host_alloc(std::size_t size, void** out) {
   if (detached()) [[unlikely]] return kContextDestroyed;
-  if (d_->cuMemHostAlloc == nullptr) return kNotSupported;
-  return status(CALL(cuMemHostAlloc, out, size, 0u));
+  DriverTimer timed(obs::DriverCall::cuMemHostAlloc);
+  return status(fresh_pinned_alloc(d_, size, out));
 }
 
 void CudaBackend::host_free(void* ptr) {
-  if (detached() || d_->cuMemFreeHost == nullptr) return;
-  CALL(cuMemFreeHost, ptr);
+  if (detached()) return;
+  DriverTimer timed(obs::DriverCall::cuMemFreeHost);
+  fresh_pinned_free(d_, ptr);
 }
 
 Status CudaBackend::copy_stream(CUstream* out) {

@@ -55,6 +55,8 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuMemFreeHost, "cuMemFreeHost");
   resolve(h, &d->cuMemHostGetFlags, "cuMemHostGetFlags");
   resolve(h, &d->cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer_v2");
+  resolve(h, &d->cuMemHostRegister_v2, "cuMemHostRegister_v2");
+  resolve(h, &d->cuMemHostUnregister, "cuMemHostUnregister");
   resolve(h, &d->cuMemGetAddressRange_v2, "cuMemGetAddressRange_v2");
   resolve(h, &d->cuPointerGetAttribute, "cuPointerGetAttribute");
   resolve(h, &d->cuPointerGetAttributes, "cuPointerGetAttributes");

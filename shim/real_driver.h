@@ -42,6 +42,9 @@ struct RealDriver {
   PFN_cuMemFreeHost_v2000 cuMemFreeHost = nullptr;
   PFN_cuMemHostGetFlags_v2030 cuMemHostGetFlags = nullptr;
   PFN_cuMemHostGetDevicePointer_v3020 cuMemHostGetDevicePointer_v2 = nullptr;
+  // Pause backups' host buffers (fresh_pinned.h); optional.
+  PFN_cuMemHostRegister_v6050 cuMemHostRegister_v2 = nullptr;
+  PFN_cuMemHostUnregister_v4000 cuMemHostUnregister = nullptr;
   // Calls that reveal an allocation (identity, IPC) or end a context.
   PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange_v2 = nullptr;
   PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute = nullptr;

@@ -382,12 +382,49 @@ static int disk_read_fail(void) {
   return disk_free(&t);
 }
 
+/* A host backup of 64 MiB or more is fresh memory populated by several
+ * threads and registered (shim/fresh_pinned.cpp), not cuMemHostAlloc'ed;
+ * given back at the resume (unregistered, unmapped) when not retained; a
+ * small one stays cuMemHostAlloc's. */
+static int big_host_backup(void) {
+  CHECK(setup() == 0);
+  int (*set_retain)(const char*, int) = (int (*)(const char*, int))dlsym(RTLD_DEFAULT, "cachalloc_set_tag_retain_backup");
+  CHECK(set_retain != NULL);
+  CHECK_RC(set_backup("weights", 1), 0);
+  CHECK_RC(set_backup("small", 1), 0);
+  CHECK_RC(set_retain(NULL, 0), 0);
+  CUdeviceptr w = 0, s = 0;
+  CHECK_RC(set_tag("weights"), 0);
+  CHECK_CU(cuMemAlloc_v2(&w, 100u << 20));
+  CHECK_RC(set_tag("small"), 0);
+  CHECK_CU(cuMemAlloc_v2(&s, 3u << 20));
+  CHECK_RC(set_tag(NULL), 0);
+  fill(w, 100u << 20, 7);
+  fill(s, 3u << 20, 8);
+  const struct fake_cuda_stats_t before = stats();
+  CHECK_RC(pause_tag("weights"), 0);
+  CHECK(stats().host_register == before.host_register + 1);
+  CHECK(stats().host_alloc == before.host_alloc);
+  CHECK_RC(pause_tag("small"), 0);
+  CHECK(stats().host_alloc == before.host_alloc + 1);
+  CHECK_RC(resume_tag(NULL), 0);
+  CHECK(holds(w, 100u << 20, 7));
+  CHECK(holds(s, 3u << 20, 8));
+  CHECK(stats().host_unregister == before.host_unregister + 1);  /* not retained: given back */
+  CHECK(stats().live_host_allocs == before.live_host_allocs);
+  CHECK_RC(set_retain(NULL, 1), 0);
+  CHECK_CU(cuMemFree_v2(w));
+  CHECK_CU(cuMemFree_v2(s));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* c = argc > 1 ? argv[1] : "";
   g_dir = argc > 2 ? argv[2] : "/tmp";
   if (strcmp(c, "disk_cycle") == 0) return disk_cycle();
   if (strcmp(c, "disk_write_fail") == 0) return disk_write_fail();
   if (strcmp(c, "disk_read_fail") == 0) return disk_read_fail();
+  if (strcmp(c, "big_host_backup") == 0) return big_host_backup();
   if (strcmp(c, "cycle") == 0) return cycle();
   if (strcmp(c, "resume_oom") == 0) return resume_oom();
   if (strcmp(c, "random_faults") == 0) return random_faults();
