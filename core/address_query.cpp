@@ -33,13 +33,13 @@ Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
     b = seg->head;
     while (b != nullptr && ptr >= b->ptr + b->size) b = b->next;
   }
-  if (b == nullptr || !b->allocated) return kSuccess;
+  if (b == nullptr || !b->is_allocated()) return kSuccess;
   // A thread-owned block: its program state and identity under its cache's
   // lock (thread_cache.h, point (a)).
   std::unique_lock<FastMutex> tl;
   if (b->tc != nullptr) [[unlikely]] {
     tl = std::unique_lock(b->tc->mutex);
-    if (!b->tc_live) return kSuccess;
+    if (b->phase() != BlockPhase::tc_out) return kSuccess;
   }
   if (ptr >= b->ptr + b->requested) return kSuccess;
   out->live = true;
@@ -67,7 +67,7 @@ std::size_t CachingAllocator::mark_range_exported(DevicePtr lo, DevicePtr hi) {
   if (it != segments_.begin()) --it;
   for (; it != segments_.end() && it->second->base < hi; ++it)
     for (Block* b = it->second->head; b != nullptr; b = b->next)
-      if (b->allocated && b->ptr < hi && lo < b->ptr + b->size) {
+      if (b->is_allocated() && b->ptr < hi && lo < b->ptr + b->size) {
         if (b->tc != nullptr && detach(b) == nullptr) continue;  // cached: freed
         b->exported = true;
         ++marked;

@@ -20,7 +20,7 @@ namespace cachalloc {
 // A carved block becomes live: the live map, its serial, the statistics.
 // (inline: malloc_locked is its only caller, on every malloc.)
 inline void CachingAllocator::activate(Block* block, bool small, std::size_t requested) {
-  block->allocated = true;
+  set_phase(*block, BlockPhase::allocated);
   block->requested = requested;
   block->id = ++next_id_;
   live_.insert(block->ptr, block);
@@ -238,6 +238,9 @@ Block* CachingAllocator::add_segment(Segment* segment) {
 // Cuts a free block (already out of its pool) down to `size`, returning
 // the tail to the pool when it is worth keeping; activate() then hands it out.
 Block* CachingAllocator::carve(Block* block, BlockPool& pool, std::size_t size) {
+  CACHALLOC_ASSERT(block->phase() == BlockPhase::detached && block->size >= size && size % kMinBlockSize == 0,
+                   "carve cuts a detached block at least as large as the rounded request");
+  CACHALLOC_ASSERT(block->segment->small == pool.small, "carve cuts a block of the request's pool");
   const bool small = pool.small;
   const bool already_split = block->is_split();
   if (should_split(block->size, size, pool)) {

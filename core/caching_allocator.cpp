@@ -36,10 +36,11 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [tag, ts] : tags_) free_backup_storage(ts);  // host buffers, backup files
   if (staging_ != nullptr) backend_->host_free(staging_);
   release_orphans();
+  // (Live blocks too, in whatever phase: deleted, not recycled.)
   for (auto& [base, seg] : segments_) {
     for (Block* b = seg->head; b != nullptr;) {
       Block* next = b->next;
-      drop_block(b);
+      delete b;
       b = next;
     }
     delete seg;
@@ -47,34 +48,39 @@ CachingAllocator::~CachingAllocator() {
   for (Block* b : spare_blocks_) delete b;
 }
 
+// A block object, detached: the caller places it (block.h's table).
 Block* CachingAllocator::make_block() {
-  if (spare_blocks_.empty()) return new Block;
-  Block* b = spare_blocks_.back();
-  spare_blocks_.pop_back();
+  Block* b = nullptr;
+  if (spare_blocks_.empty()) {
+    b = new Block;
+  } else {
+    b = spare_blocks_.back();
+    spare_blocks_.pop_back();
+  }
+  set_phase(*b, BlockPhase::detached);
   return b;
 }
 
 // Blocks are recycled, not deleted: splits and merges are the hot path.
 // make_block() callers set what they need; a dropped block is reset here
-// field by field (its stream_uses vector keeps its capacity).
+// field by field (its stream_uses vector keeps its capacity).  Only a
+// block out of every list and map goes: detached (merged away, released),
+// retained or unmapped (block.h).
 void CachingAllocator::drop_block(Block* block) {
+  CACHALLOC_ASSERT(block != held_, "the held block is settled before it is dropped");
+  set_phase(*block, BlockPhase::spare);
   block->ptr = 0;
   block->size = block->requested = 0;
   block->stream = 0;
   block->segment = nullptr;
   block->prev = block->next = nullptr;
-  block->allocated = false;
-  block->mapped = true;
   block->pending_events = 0;
-  block->exported = block->retained = false;
+  block->exported = false;
   block->id = block->gc_stamp = 0;
   block->stream_uses.clear();
   block->free_prev = block->free_next = nullptr;
-  block->in_pool = block->deferred = false;
   block->tc = nullptr;
-  block->tc_live = false;
   block->owner = 0;
-  block->owner_held = false;
   spare_blocks_.push_back(block);
 }
 
@@ -137,7 +143,7 @@ std::size_t CachingAllocator::releasable_bytes() const {
     // A segment with no live block is releasable: its blocks are free or
     // only wait on events, which empty_cache() completes before releasing.
     bool any_live = false;
-    for (const Block* b = seg->head; b != nullptr && !any_live; b = b->next) any_live = b->allocated;
+    for (const Block* b = seg->head; b != nullptr && !any_live; b = b->next) any_live = b->is_allocated();
     if (!any_live) total += seg->size;
   }
   return total;
@@ -204,11 +210,12 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() {
     info.tag = seg->tag;
     info.paused_bytes = seg->paused_pages * seg->page;
     for (const Block* b = seg->head; b != nullptr; b = b->next) {
-      const BlockState state = !b->mapped          ? BlockState::unmapped
-                               : b->allocated      ? BlockState::allocated
-                               : b->pending_events || b->retained ? BlockState::pending_free
-                                                   : BlockState::inactive;
-      info.blocks.push_back({b->ptr, b->size, b->allocated ? b->requested : 0, state, b->stream});
+      const BlockPhase phase = b->phase();
+      const BlockState state = phase == BlockPhase::unmapped ? BlockState::unmapped
+                               : b->is_allocated()          ? BlockState::allocated
+                               : b->pending_events || phase == BlockPhase::retained ? BlockState::pending_free
+                                                            : BlockState::inactive;
+      info.blocks.push_back({b->ptr, b->size, b->is_allocated() ? b->requested : 0, state, b->stream});
     }
     out.push_back(std::move(info));
   }

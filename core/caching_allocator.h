@@ -295,10 +295,12 @@ class CachingAllocator {
   void set_observer(AllocatorObserver* observer);
 
   // Checks every invariant of block.h and recounts the statistics; throws
-  // InvariantError naming the first violation.
+  // InvariantError naming the first violation (validate.cpp).
   void validate() const;
 
  private:
+  friend class Validator;  // validate.h: one named check per invariant
+
   struct PendingEvent {
     EventId event;
     Block* block;
@@ -319,7 +321,7 @@ class CachingAllocator {
   // (The held block keeps its entry but is not allocated.  Inline: every free.)
   Block* find_live(DevicePtr ptr) const {
     Block* b = live_.find(ptr);
-    return b != nullptr && b->allocated ? b : nullptr;
+    return b != nullptr && b->is_allocated() ? b : nullptr;
   }
   bool inside_segment(DevicePtr ptr) const;
   BlockPool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
@@ -373,7 +375,6 @@ class CachingAllocator {
     if (held_ != nullptr) [[unlikely]] merge_held();
   }
   void merge_held();
-  void check_held(const Block* b) const;  // validate.cpp
 
   // Returning blocks (free_path.cpp).
   void deactivate(Block* block);
@@ -403,7 +404,6 @@ class CachingAllocator {
   void release_if_idle(Segment* seg);
   void retain(Block* block);
   bool hold_for_owner_locked(Block* block);  // owner_ledger.cpp
-  void check_owners() const;                 // validate.cpp
   bool release_one_cached(std::size_t size);
   void release_all_cached();
   void collect_garbage();
@@ -559,8 +559,6 @@ class CachingAllocator {
   bool program_live(const Block* b) const;
   void lock_thread_caches() const;
   void unlock_thread_caches() const;
-  std::size_t check_thread_caches() const;  // validate.cpp
-  std::unordered_map<const Block*, int> pending_references() const;  // validate.cpp
   void orphan_thread_caches();
   ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
   std::size_t tcs_count_ = 0;                    // how many (under mutex_)
@@ -602,7 +600,7 @@ class CachingAllocator {
   // The last freed block, left unmerged with its free successor because the
   // next request is likely to carve exactly it out again (reuse_path.cpp).
   // Invariants (checked by validate()), while not null:
-  //  * it is free (Block::is_free()) but in no bin (in_pool clear), in a
+  //  * its phase is held (block.h): free but in no bin, in a
   //    plain (not expandable) segment that holds no retained block;
   //  * it keeps its live-map entry (find_live() skips it: not allocated), so
   //    that its reuse inserts nothing and its settling erases it;

@@ -66,7 +66,7 @@ Segment* CachingAllocator::expandable_for(BlockPool& pool, StreamId stream, Stat
   seg->run_pages.assign(size / page, 0);
   seg->tag = serving_tag_;
   if (seg->tag != kUntagged) seg->paused.assign(size / page, false);
-  add_segment(seg)->mapped = false;  // address space only, until pages are mapped
+  set_phase(*add_segment(seg), BlockPhase::unmapped);  // address space only, until pages are mapped
   expandable_.push_back(seg);
   return seg;
 }
@@ -217,7 +217,7 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   if (*err != kSuccess && moved == 0) return nullptr;
   const std::size_t total = *err == kSuccess ? std::max(bytes, moved) : moved;
   Block* mapped = split_off_front(u, total);
-  mapped->mapped = true;
+  set_phase(*mapped, BlockPhase::detached);
   const auto now = static_cast<std::size_t>(stats_.reserved_bytes[StatType::aggregate].current);
   stats_.reserved_bytes.increase(pool.small, static_cast<std::int64_t>(total));
   mapped_high_water_ = std::max(mapped_high_water_, now + total);
@@ -233,7 +233,7 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
 // none does.  (A retiring range is mapped still: no grow there.)
 std::pair<Block*, std::size_t> CachingAllocator::grow_site(Segment* seg, std::size_t size) const {
   for (Block* u = seg->head; u != nullptr; u = u->next) {
-    if (u->mapped || retiring_block(u)) continue;
+    if (u->is_mapped() || retiring_block(u)) continue;
     const std::size_t before = (u->prev != nullptr && u->prev->is_free()) ? u->prev->size : 0;
     if (size <= before || before + u->size < size) continue;
     const std::size_t bytes = round_up(size - before, seg->page);
@@ -242,16 +242,21 @@ std::pair<Block*, std::size_t> CachingAllocator::grow_site(Segment* seg, std::si
   return {nullptr, 0};
 }
 
-// Splits `b` so that it keeps its first `bytes`; the rest becomes a new
-// block after it with the same state.  Returns `b`.
+// Splits `b` (unmapped, or detached from its bin) so that it keeps its
+// first `bytes`; the rest becomes a new block after it in the same phase.
+// Returns `b`.
 Block* CachingAllocator::split_off_front(Block* b, std::size_t bytes) {
+  CACHALLOC_ASSERT(b->phase() == BlockPhase::unmapped || b->phase() == BlockPhase::detached,
+                   "split_off_front splits an unmapped or detached block");
+  CACHALLOC_ASSERT(bytes > 0 && bytes <= b->size && bytes % kMinBlockSize == 0,
+                   "split_off_front keeps a positive multiple of 512 bytes, within the block");
   if (bytes == b->size) return b;
   Block* rest = make_block();
   rest->ptr = b->ptr + bytes;
   rest->size = b->size - bytes;
   rest->stream = b->stream;
   rest->segment = b->segment;
-  rest->mapped = b->mapped;
+  if (b->phase() == BlockPhase::unmapped) set_phase(*rest, BlockPhase::unmapped);
   rest->prev = b;
   rest->next = b->next;
   if (rest->next != nullptr) rest->next->prev = rest;
@@ -310,11 +315,11 @@ std::size_t CachingAllocator::unmap_free_block(Block* b, bool released, std::vec
     else unmap_pages(seg, lo, hi - lo);
     stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(hi - lo));
   }
-  middle->mapped = false;
+  set_phase(*middle, BlockPhase::unmapped);
   notify(TraceKind::segment_unmap, lo, hi - lo, seg->stream);
   // (a detached range stays a block of its own while it retires)
   for (Block* n : {middle->prev, middle->next})
-    if (n != nullptr && !n->mapped && detach == nullptr && !retiring_block(n)) absorb(middle, n);
+    if (n != nullptr && !n->is_mapped() && detach == nullptr && !retiring_block(n)) absorb(middle, n);
   return hi - lo;
 }
 
@@ -358,7 +363,7 @@ void CachingAllocator::unmap_all_free_pages(const TagId* only) {
   // A reservation with nothing mapped goes back too.
   for (auto it = expandable_.begin(); it != expandable_.end();) {
     Segment* seg = *it;
-    if (seg->head->next != nullptr || seg->head->mapped || seg->retiring_pages != 0 ||
+    if (seg->head->next != nullptr || seg->head->is_mapped() || seg->retiring_pages != 0 ||
         (only != nullptr && seg->tag != *only)) {
       ++it;
       continue;
@@ -433,7 +438,7 @@ std::size_t CachingAllocator::mapped_bytes(const Segment* seg) const {
   if (!seg->expandable) return seg->size;
   std::size_t n = 0;
   for (const Block* b = seg->head; b != nullptr; b = b->next)
-    if (b->mapped) n += b->size;
+    if (b->is_mapped()) n += b->size;
   return n - seg->paused_pages * seg->page;  // released by a pause: held by nobody
 }
 
@@ -441,7 +446,7 @@ std::size_t CachingAllocator::unmappable_bytes(const Segment* seg) const {
   std::size_t n = 0;
   if (seg->paused_pages != 0) return 0;  // paused: its free pages went at the pause
   for (const Block* b = seg->head; b != nullptr; b = b->next) {
-    if (b->allocated || b->retained || !b->mapped) continue;
+    if (b->is_allocated() || b->phase() == BlockPhase::retained || !b->is_mapped()) continue;
     DevicePtr lo = 0, hi = 0;
     unmappable_runs_of(b, &lo, &hi);
     if (lo < hi) n += hi - lo;

@@ -83,7 +83,9 @@ void CachingAllocator::defer(Block* block) {
 // Into the deferred list (its statistics are the caller's: defer() counts a
 // new deferred free, a thread cache's hand-over merged its own already).
 void CachingAllocator::enqueue_deferred(Block* block) {
-  block->deferred = true;
+  CACHALLOC_ASSERT(block->pending_events == 0 && block->tc == nullptr,
+                   "a block enters the deferred list waiting for nothing else, owned by no thread cache");
+  set_phase(*block, BlockPhase::deferred);
   ++block->pending_events;
   block->free_next = deferred_;
   deferred_ = block;
@@ -151,7 +153,7 @@ bool CachingAllocator::issue_fence() {
   for (Block* b = batch; b != nullptr;) {
     Block* next = b->free_next;
     b->free_next = nullptr;
-    b->deferred = false;
+    set_phase(*b, BlockPhase::pending);  // (its one pending count now stands for unsynced_)
     stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
     unsynced_.push_back(b);
     b = next;
@@ -290,7 +292,8 @@ void CachingAllocator::complete_batch(Block* blocks) {
   for (Block* b = blocks; b != nullptr;) {
     Block* next = b->free_next;
     b->free_next = nullptr;
-    b->deferred = false;
+    CACHALLOC_ASSERT(b->phase() == BlockPhase::deferred && b->pending_events == 1,
+                     "a fenced block waits for its fence alone");
     stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
     if (--b->pending_events == 0) deactivate(b);
     b = next;

@@ -8,9 +8,11 @@
 // blocks, so the next non-empty bin is a count-trailing-zeros away.
 //
 // Invariants (checked by validate()):
-//  * Every block in a bin is free (Block::is_free()), has in_pool set, and
-//    sits in the bin bin_of(size) of its own stream's StreamBins; a block
-//    not in a bin has in_pool clear.
+//  * A block is in a bin exactly while its phase is free (block.h), and
+//    sits in the bin bin_of(size) of its own stream's StreamBins.  insert()
+//    and erase() make those phase changes (detached <-> free; a block whose
+//    events or fence completed, or the held block, enters straight from
+//    pending, deferred or held).
 //  * A bin's list is sorted by size, ascending; among equal sizes the most
 //    recently inserted comes first.  The first block of a bin is therefore
 //    its smallest, and best fit is exact: the smallest free block of at
@@ -90,6 +92,11 @@ class StreamBins {
   }
 
   void insert(Block* b) {
+    CACHALLOC_ASSERT(b->free_prev == nullptr && b->free_next == nullptr && b->tc == nullptr,
+                     "a block enters a bin linked in no other list, owned by no thread cache");
+    CACHALLOC_ASSERT(b->pending_events == 0 && b->size != 0, "a block enters a bin waiting for nothing");
+    CACHALLOC_ASSERT(b->stream == stream_, "a block enters its own stream's bins");
+    set_phase(*b, BlockPhase::free);
     const int bin = bin_of(b->size);
     Block** link = &heads_[bin];
     Block* prev = nullptr;
@@ -101,19 +108,22 @@ class StreamBins {
     b->free_prev = prev;
     if (*link != nullptr) (*link)->free_prev = b;
     *link = b;
-    b->in_pool = true;
     level2_[bin / kLinear] |= 1u << (bin % kLinear);
     level1_ |= std::uint64_t{1} << (bin / kLinear);
     ++count_;
   }
 
   void erase(Block* b) {
+    CACHALLOC_ASSERT(b->phase() == BlockPhase::free, "only a free block is erased from a bin");
     const int bin = bin_of(b->size);
+    CACHALLOC_ASSERT(b->free_prev != nullptr || heads_[bin] == b,
+                     "an erased block is in the bin its size selects (its size changed in the bin?)");
+    CACHALLOC_ASSERT(count_ != 0, "an erase from an empty StreamBins");
     if (b->free_prev != nullptr) b->free_prev->free_next = b->free_next;
     else heads_[bin] = b->free_next;
     if (b->free_next != nullptr) b->free_next->free_prev = b->free_prev;
     b->free_prev = b->free_next = nullptr;
-    b->in_pool = false;
+    set_phase(*b, BlockPhase::detached);
     if (heads_[bin] == nullptr) {
       level2_[bin / kLinear] &= ~(1u << (bin % kLinear));
       if (level2_[bin / kLinear] == 0) level1_ &= ~(std::uint64_t{1} << (bin / kLinear));

@@ -26,7 +26,7 @@ namespace cachalloc {
   // Owned by a capture's token (owner_ledger.cpp): held for it, or freed
   // before (a double free), or its owner is gone and it is freed as usual.
   if (block != nullptr && block->owner != 0) [[unlikely]] {
-    if (block->owner_held) {
+    if (block->phase() == BlockPhase::owner_held) {
       *st = kInvalidValue;
       return nullptr;
     }
@@ -43,7 +43,9 @@ namespace cachalloc {
   // (a held backup of the block's tag may lose its last block: pause_backup.cpp)
   if (block->segment->tag != kUntagged) [[unlikely]] note_tagged_free(block);
   const auto bytes = static_cast<std::int64_t>(block->size);
-  block->allocated = false;
+  CACHALLOC_ASSERT(block->pending_events == 0 && block->tc == nullptr,
+                   "a block freed for the core waits for nothing yet and is owned by no thread cache");
+  set_phase(*block, BlockPhase::detached);
   stats_.allocation.decrease(small, 1);
   stats_.allocated_bytes.decrease(small, bytes);
   stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
@@ -135,8 +137,13 @@ void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamI
 }
 
 void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {
+  CACHALLOC_ASSERT(block->phase() == BlockPhase::detached && block->pending_events == 0,
+                   "a parked block was just freed and waits for nothing yet");
   for (StreamId s : streams) {
-    if (record_pending_event(block, s)) continue;
+    if (record_pending_event(block, s)) {
+      if (block->phase() != BlockPhase::pending) set_phase(*block, BlockPhase::pending);
+      continue;
+    }
     // Without an event we cannot tell when `s` is done with the block:
     // wait for the whole device instead, which covers every stream.
     const bool had_events = block->pending_events > 0;
@@ -144,6 +151,7 @@ void CachingAllocator::park_until(Block* block, std::span<const StreamId> stream
       // Nothing bounds the block's last use: parked until a device
       // synchronization succeeds (settle_unsynced), never reused early.
       ++block->pending_events;
+      if (block->phase() != BlockPhase::pending) set_phase(*block, BlockPhase::pending);
       unsynced_.push_back(block);
       return;
     }
@@ -190,6 +198,7 @@ Status CachingAllocator::retire_stream(StreamId stream) {
         return kSuccess;
       }
       reactivate(b);
+      set_phase(*b, BlockPhase::pending);
     }
   }
   return kSuccess;
@@ -217,6 +226,7 @@ void CachingAllocator::deactivate(Block* block) {
 }
 
 void CachingAllocator::return_to_pool(Block* block) {
+  CACHALLOC_ASSERT(block != held_ && block->is_mapped(), "a block returns to its pool mapped, not held");
   settle_held();  // a held neighbour merges as the pool would have it
   BlockPool& pool = pool_for(block->segment->small);
   const bool small = pool.small;
@@ -251,8 +261,12 @@ std::size_t CachingAllocator::try_merge(Block* dst, Block* src, BlockPool& pool)
   return absorb(dst, src);
 }
 
-// Unlinks the neighbour `src` and extends `dst` over it.
+// Unlinks the neighbour `src` (detached from its bin, or unmapped) and
+// extends `dst` over it.
 std::size_t CachingAllocator::absorb(Block* dst, Block* src) {
+  CACHALLOC_ASSERT(src->segment == dst->segment && (dst->prev == src || dst->next == src),
+                   "absorb merges two neighbours of one segment");
+  CACHALLOC_ASSERT(src->is_mapped() == dst->is_mapped(), "absorb merges two mapped or two unmapped blocks");
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -283,6 +297,8 @@ bool CachingAllocator::process_events() {
       // instead; when even that fails the block stays parked.
       if (st != kSuccess && !wait_event(front.event)) break;
       Block* block = front.block;
+      CACHALLOC_ASSERT(block->phase() == BlockPhase::pending && block->pending_events > 0,
+                       "a completed event names a pending block (no stale entry of a recycled one)");
       recycle_event(front.event);
       queue.pop_front();
       --pending_count_;
@@ -307,6 +323,8 @@ void CachingAllocator::synchronize_events() {
   for (auto& [stream, queue] : pending_) {
     while (!queue.empty()) {
       const PendingEvent pe = queue.front();
+      CACHALLOC_ASSERT(pe.block->phase() == BlockPhase::pending && pe.block->pending_events > 0,
+                       "a completed event names a pending block (no stale entry of a recycled one)");
       if (!wait_event(pe.event)) break;
       recycle_event(pe.event);
       queue.pop_front();
@@ -328,8 +346,10 @@ bool CachingAllocator::settle_unsynced() {
   ++stats_.num_sync_all_streams;
   std::vector<Block*> blocks = std::move(unsynced_);
   unsynced_.clear();
-  for (Block* b : blocks)
+  for (Block* b : blocks) {
+    CACHALLOC_ASSERT(b->phase() == BlockPhase::pending && b->pending_events > 0, "an unsynced block is pending");
     if (--b->pending_events == 0) deactivate(b);
+  }
   return true;
 }
 

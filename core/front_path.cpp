@@ -74,6 +74,7 @@ bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
   if (!adoptable(block) || (stream != kAnyStream && stream != block->stream)) return false;
   std::lock_guard tl(tc->mutex);
   if (!take_ownership(block, tc)) return false;
+  set_phase(*block, BlockPhase::tc_cached);
   const std::size_t bin = ThreadCache::bin_of(block->size);
   block->free_next = tc->bins[bin];
   tc->bins[bin] = block;
@@ -81,14 +82,16 @@ bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
 }
 
 // Both locks held: `block` (live, adoptable) becomes `tc`'s, freed for the
-// program (counted now: the block stays allocated for the core).  False
-// when the cache has no room.
+// program (counted now: the block stays allocated for the core; the caller
+// sets its phase, tc_cached or tc_waiting).  False when the cache has no
+// room.
 bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
   if (tc->owned_bytes + block->size > tc->limit) return false;
   merge_deltas(tc);
   if (tc->id_end - tc->next_id < ThreadCache::kIdBatch / 2) reserve_ids(tc);
+  CACHALLOC_ASSERT(block->phase() == BlockPhase::allocated && block->tc == nullptr,
+                   "a thread cache takes a plain live block");
   block->tc = tc;
-  block->tc_live = false;
   tc->owned_bytes += block->size;
   const auto bytes = static_cast<std::int64_t>(block->size);
   stats_.allocation.decrease(true, 1);
@@ -207,7 +210,7 @@ bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
     --tc->fence_count;
     for (Block* b = f.blocks; b != nullptr;) {
       Block* next = b->free_next;
-      b->tc_waiting = false;
+      set_phase(*b, BlockPhase::tc_cached);
       tc->held_count.down(1);
       tc->held_bytes.down(static_cast<std::int64_t>(b->size));
       const std::size_t bin = ThreadCache::bin_of(b->size);
@@ -224,9 +227,9 @@ bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
 // Both locks held: a block `tc` owns and the program freed (cached, waiting
 // or fenced) leaves it, no longer allocated for the core either.
 void CachingAllocator::disown(ThreadCache* tc, Block* b) {
+  CACHALLOC_ASSERT(b->tc == tc && tc->owned_bytes >= b->size, "a thread cache disowns a block it owns");
   b->tc = nullptr;
-  b->tc_waiting = false;
-  b->allocated = false;
+  set_phase(*b, BlockPhase::detached);
   live_.erase(b->ptr);
   tc->owned_bytes -= b->size;
 }
@@ -268,12 +271,12 @@ std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
 Block* CachingAllocator::detach(Block* block) {
   ThreadCache* tc = block->tc;
   std::lock_guard tl(tc->mutex);
-  if (!block->tc_live) return nullptr;
+  if (block->phase() != BlockPhase::tc_out) return nullptr;
   merge_deltas(tc);  // the core's counters then hold the block as the program does
   tc->erase_out(block);
   tc->owned_bytes -= block->size;
   block->tc = nullptr;
-  block->tc_live = false;
+  set_phase(*block, BlockPhase::allocated);
   return block;
 }
 
@@ -332,10 +335,10 @@ void CachingAllocator::unlock_thread_caches() const {
 // Whether the program holds `b` (allocated for the core); the allocator's
 // lock held.
 bool CachingAllocator::program_live(const Block* b) const {
-  if (!b->allocated || b->owner_held) return false;
+  if (!b->is_allocated() || b->phase() == BlockPhase::owner_held) return false;
   if (b->tc == nullptr) [[likely]] return true;
   std::lock_guard tl(b->tc->mutex);
-  return b->tc_live;
+  return b->phase() == BlockPhase::tc_out;
 }
 
 // Every cache's cached blocks back to the pools (and, with out_too, its
@@ -363,7 +366,7 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
   if (out_too) {
     tc->for_each_out([&](DevicePtr, Block* b) {
       b->tc = nullptr;
-      b->tc_live = false;
+      set_phase(*b, BlockPhase::allocated);
       tc->owned_bytes -= b->size;
     });
     tc->out = LiveMap{};

@@ -32,7 +32,7 @@ bool CachingAllocator::hold_for_owner_locked(Block* block) {
     block->owner = 0;
     return false;
   }
-  block->owner_held = true;
+  set_phase(*block, BlockPhase::owner_held);
   it->second.push_back(block);
   stats_.capture_held_bytes.increase(static_cast<std::int64_t>(block->size));
   notify(TraceKind::free, block->ptr, block->size, block->stream);
@@ -46,7 +46,7 @@ Status CachingAllocator::hold_for(DevicePtr ptr, std::uint64_t token) {
   Block* block = find_live(ptr);
   if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
   if (block->tc != nullptr && (block = detach(block)) == nullptr) return kInvalidValue;
-  if (block->owner_held) return kInvalidValue;
+  if (block->phase() == BlockPhase::owner_held) return kInvalidValue;
   // `token` replaces an older owner: the shim passes a token whose
   // captures include that owner's live ones (owner_of, graph_owners.h).
   block->owner = token;
@@ -72,7 +72,7 @@ std::size_t CachingAllocator::release_owner(std::uint64_t token) {
   owners_.erase(it);
   std::size_t bytes = 0;
   for (Block* b : held) {
-    b->owner_held = false;
+    set_phase(*b, BlockPhase::allocated);
     b->owner = 0;
     stats_.capture_held_bytes.decrease(static_cast<std::int64_t>(b->size));
     bytes += b->size;

@@ -38,7 +38,7 @@ Status CachingAllocator::take_backup(TagId tag, TagState& ts) {
   std::size_t total = 0;
   for_tag_segments(tag, [&](Segment* seg) {
     for (const Block* b = seg->head; b != nullptr; b = b->next)
-      if (b->allocated) {
+      if (b->is_allocated()) {
         ts.entries.push_back({b->ptr, b->size, total, b->id});
         total += b->size;
       }
@@ -62,7 +62,7 @@ Status CachingAllocator::backup_pointer(DevicePtr ptr, std::size_t size, void** 
   if (ptr >= seg->base + seg->size) return kNotOwned;
   const Block* b = seg->head;
   while (b != nullptr && ptr >= b->ptr + b->size) b = b->next;
-  if (b == nullptr || !b->allocated || ptr + size > b->ptr + b->size) return kInvalidValue;
+  if (b == nullptr || !b->is_allocated() || ptr + size > b->ptr + b->size) return kInvalidValue;
   auto ts = tags_.find(seg->tag);
   if (ts == tags_.end()) return kSuccess;  // (untagged too: never in tags_)
   const TagState& t = ts->second;

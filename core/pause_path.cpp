@@ -337,7 +337,7 @@ std::vector<TagStats> CachingAllocator::tag_stats() const {
       s.paused_bytes += seg->paused_pages * seg->page;
       s.reserved_bytes += mapped_bytes(seg) + seg->paused_pages * seg->page;
       for (const Block* b = seg->head; b != nullptr; b = b->next)
-        if (b->allocated) s.allocated_bytes += b->size;
+        if (b->is_allocated()) s.allocated_bytes += b->size;
     }
     out.push_back(s);
   }

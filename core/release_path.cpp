@@ -14,6 +14,8 @@
 namespace cachalloc {
 
 void CachingAllocator::release_segment(Block* block) {
+  CACHALLOC_ASSERT(!block->is_split() && block->phase() == BlockPhase::free && block->size == block->segment->size,
+                   "only a whole free segment is released");
   pool_for(block->segment->small).blocks.erase(block);
   free_segment(block->segment);
 }
@@ -44,7 +46,7 @@ void CachingAllocator::free_segment(Segment* seg) {
 // for importers after cuMemFree.
 void CachingAllocator::retain(Block* block) {
   block->exported = false;
-  block->retained = true;
+  set_phase(*block, BlockPhase::retained);
   block->stream_uses.clear();
   ++block->segment->retained;
   release_if_idle(block->segment);
@@ -58,11 +60,11 @@ void CachingAllocator::retain(Block* block) {
 void CachingAllocator::release_if_idle(Segment* seg) {
   if (seg->expandable) return;
   for (const Block* b = seg->head; b != nullptr; b = b->next)
-    if (b->allocated || b->pending_events != 0) return;
+    if (b->is_allocated() || b->pending_events != 0) return;
   const bool small = seg->small;
   for (Block* b = seg->head; b != nullptr; b = b->next) {
     const auto bytes = static_cast<std::int64_t>(b->size);
-    if (b->retained) {
+    if (b->phase() == BlockPhase::retained) {
       stats_.active.decrease(small, 1);
       stats_.active_bytes.decrease(small, bytes);
     } else {

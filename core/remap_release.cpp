@@ -63,7 +63,7 @@ bool CachingAllocator::runs_fit(const Block* b, std::size_t page) const {
 // block of its own until then: no grow maps there, nothing merges into it).
 bool CachingAllocator::retiring_block(const Block* b) const {
   const Segment* seg = b->segment;
-  return !b->mapped && seg->retiring_pages != 0 && seg->retiring[page_of(seg, b->ptr)];
+  return !b->is_mapped() && seg->retiring_pages != 0 && seg->retiring[page_of(seg, b->ptr)];
 }
 
 // Once its pages are unmapped, the block at `at` merges with the unmapped
@@ -71,9 +71,9 @@ bool CachingAllocator::retiring_block(const Block* b) const {
 void CachingAllocator::merge_retired(Segment* seg, DevicePtr at) {
   Block* b = seg->head;
   while (b != nullptr && b->ptr + b->size <= at) b = b->next;
-  if (b == nullptr || b->mapped || retiring_block(b)) return;
+  if (b == nullptr || b->is_mapped() || retiring_block(b)) return;
   for (Block* n : {b->prev, b->next})
-    if (n != nullptr && !n->mapped && !retiring_block(n)) absorb(b, n);
+    if (n != nullptr && !n->is_mapped() && !retiring_block(n)) absorb(b, n);
 }
 
 // The runs tiling [at, at+bytes) leave `seg` still mapped: their handles go

@@ -24,10 +24,12 @@ inline bool CachingAllocator::holdable(const Block* block) const {
 // counted yet: the statistics still count it live and unmerged until
 // merge_held() settles it or reuse_held() hands it out again, and readers
 // see it counted (count_held_free on a copy: stats(), validate()).
+//
+// (The phase is stored last, here and in reuse_held: see ThreadCache::hold.)
 [[gnu::always_inline]] inline void CachingAllocator::hold(Block* block) {
-  block->allocated = false;
   block->gc_stamp = pool_for(block->segment->small).lookups;  // as the merged block's
   held_ = block;  // keeps its live-map entry
+  set_phase(*block, BlockPhase::held);
   notify(TraceKind::free, block->ptr, block->size, block->stream);
 }
 
@@ -71,12 +73,12 @@ inline bool CachingAllocator::holdable(const Block* block) const {
     stats_.inactive_split_bytes.cycle(small, static_cast<std::int64_t>(tail->size));
   }
   // take_live and deactivate, then activate().
-  block->allocated = true;
   block->id = ++next_id_;  // (its live-map entry stayed: hold())
   stats_.count_reuse(small, bytes);  // allocation, allocated_bytes, active, active_bytes: cycle()
   stats_.requested_bytes.replace(small, static_cast<std::int64_t>(block->requested),
                                  static_cast<std::int64_t>(size));  // may differ from the last request
   block->requested = size;
+  set_phase(*block, BlockPhase::allocated);
   return block;
 }
 

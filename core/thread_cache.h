@@ -14,17 +14,18 @@
 // Ownership.  A block is "thread-owned" (Block::tc != nullptr) from the
 // moment its thread's free adopts it (adopt_locked, under the allocator's
 // lock) until a flush or detach gives it back (also under that lock).
-// While thread-owned it is, for the core, an allocated block: allocated
-// flag set, in the live map, never split, merged or pooled.  Its owner
-// tracks its program-level state, under the thread cache's lock:
-//   * cached (tc_live false): freed in the program's view, in a bin of the
-//     cache, ready to be handed out again to the owning thread;
-//   * out (tc_live true): handed out again by the cache, live for the
-//     program, listed in the cache's out map for the owner's next free.
+// While thread-owned it is, for the core, an allocated block
+// (Block::is_allocated()), in the live map, never split, merged or pooled.
+// Its phase (block.h) tracks its program-level state, changed by the owner
+// under the thread cache's lock:
+//   * tc_cached: freed in the program's view, in a bin of the cache, ready
+//     to be handed out again to the owning thread;
+//   * tc_out: handed out again by the cache, live for the program, listed
+//     in the cache's out map for the owner's next free.
 //
 // Correctness points (docs/DESIGN.md, "Per-thread front caches"):
 //  (a) Freed means freed: query() / is_live() / live_block_addresses()
-//      read tc_live under the cache's lock, so pointer attributes, address
+//      read the phase under the cache's lock, so pointer attributes, address
 //      ranges and IPC answer "not allocated" for a cached block.  A handout
 //      writes a fresh id (from a range reserved under the allocator's lock,
 //      unique per allocator) and the new requested size under the cache's
@@ -72,7 +73,7 @@
 //  (g) Fenced frees.  With non-blocking streams alive a plain cuMemFree is
 //      made safe by a fence (shim/free_policy.h, core/fence_path.cpp).  The
 //      owner's cache takes those frees too (give_fenced): the block waits
-//      in the cache's `waiting` list (tc_waiting set, tc_live false: freed
+//      in the cache's `waiting` list (phase tc_waiting: freed
 //      for the program, still active in the statistics and counted in
 //      deferred_free_bytes, as the core counts its own deferred blocks);
 //      once `batch` frees wait, the owner records one fence over them under
@@ -223,8 +224,10 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   enum GiveFenced { kNotMine, kKept, kFenceDue };
   GiveFenced give_fenced(DevicePtr ptr);
   // A waiting or fenced block, as point (g) counts it.
+  // (The phase is stored last, here and in take/give: an atomic store,
+  // relaxed as it is, keeps the compiler from moving other memory accesses
+  // across it, and placed first it cost the hit path reloads.)
   void hold(Block* b) {
-    b->tc_waiting = true;
     b->free_next = waiting;
     waiting = b;
     ++waiting_count;
@@ -232,6 +235,7 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
     held_count.up(1);
     held_bytes.up(static_cast<std::int64_t>(b->size));
     ++deferred_frees;
+    set_phase(*b, BlockPhase::tc_waiting);
   }
 };
 
@@ -291,13 +295,13 @@ void link_thread_cache(ThreadCache* tc, std::uint64_t serial);
   if (b == nullptr || b->stream != stream || next_id == id_end) return nullptr;
   *link = b->free_next;
   b->free_next = nullptr;
-  b->tc_live = true;
   b->requested = req;
   b->id = next_id++;
   insert_out(b);
   count.up(1);
   bytes.up(static_cast<std::int64_t>(b->size));
   requested.up(static_cast<std::int64_t>(req));
+  set_phase(*b, BlockPhase::tc_out);
   return b;
 }
 
@@ -305,13 +309,13 @@ void link_thread_cache(ThreadCache* tc, std::uint64_t serial);
   Block* b = find_out(ptr);
   if (b == nullptr || (stream != kAnyStream && stream != b->stream)) [[unlikely]] return false;
   erase_out(b);
-  b->tc_live = false;
   std::size_t bin = bin_of(b->size);
   b->free_next = bins[bin];
   bins[bin] = b;
   count.down(1);
   bytes.down(static_cast<std::int64_t>(b->size));
   requested.down(static_cast<std::int64_t>(b->requested));
+  set_phase(*b, BlockPhase::tc_cached);
   return true;
 }
 
@@ -319,7 +323,6 @@ inline ThreadCache::GiveFenced ThreadCache::give_fenced(DevicePtr ptr) {
   Block* b = find_out(ptr);
   if (b == nullptr) [[unlikely]] return kNotMine;
   erase_out(b);
-  b->tc_live = false;
   count.down(1);
   bytes.down(static_cast<std::int64_t>(b->size));
   requested.down(static_cast<std::int64_t>(b->requested));

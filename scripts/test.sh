@@ -6,8 +6,9 @@
 #
 #   default  build/        unit, integration, hostile, stress, gpu (skips
 #                          without a GPU), slow
-#   asan     build-asan/   ASan + UBSan: unit, integration, hostile, stress
-#                          (the preloaded shim built with the sanitizers)
+#   asan     build-asan/   ASan + UBSan and the core's debug checks
+#                          (-Dcachalloc_debug=true): unit, integration,
+#                          hostile, stress (the preloaded shim built so too)
 #   tsan     build-tsan/   ThreadSanitizer: the unit tests that start threads
 #                          (suite threads), integration, hostile, stress
 #   fuzz     build-fuzz/   libFuzzer targets (clang, ASan + UBSan), meson
@@ -160,7 +161,9 @@ phase_default() {
 
 phase_asan() {
   echo "== ASan + UBSan: ${sanitizer_suites} (build-asan/)"
-  configure build-asan "${sanitizer_options[@]}" -Db_sanitize=address,undefined ||
+  # -Dcachalloc_debug=true: the core's own checks too (CACHALLOC_ASSERT,
+  # every block phase change against core/block.h's table); they abort.
+  configure build-asan "${sanitizer_options[@]}" -Db_sanitize=address,undefined -Dcachalloc_debug=true ||
     return 1
   local wrap names
   wrap=$(wrapper build-asan libasan.so) || return 1
