@@ -35,7 +35,10 @@
 namespace cachalloc::shim {
 namespace {
 
-constexpr std::size_t kMinBytes = 64ull << 20;  // below: cuMemHostAlloc (a thread's start costs more)
+// Up to this, cuMemHostAlloc: a thread's start costs more than the pages,
+// and the disk backups' staging (two 64 MiB halves in one buffer, kept for
+// the process's life: pause_disk.cpp) gains nothing from speed.
+constexpr std::size_t kMaxHostAllocBytes = 128ull << 20;
 constexpr std::size_t kHugePage = 2ull << 20;
 constexpr std::size_t kSliceBytes = 256ull << 20;  // at least this much per populating thread
 constexpr unsigned kMaxThreads = 8;
@@ -79,7 +82,7 @@ void populate(char* p, std::size_t n) {
 
 CUresult fresh_pinned_alloc(const RealDriver* d, std::size_t size, void** out) {
   const bool can_register = d->cuMemHostRegister_v2 != nullptr && d->cuMemHostUnregister != nullptr;
-  if (size < kMinBytes || !can_register) {
+  if (size <= kMaxHostAllocBytes || !can_register) {
     if (d->cuMemHostAlloc == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     return d->cuMemHostAlloc(out, size, 0u);
   }

@@ -9,8 +9,8 @@
 namespace cachalloc::shim {
 
 // `size` bytes of page-locked host memory for the current context, in *out.
-// CUDA_SUCCESS, or the driver's error; falls back to cuMemHostAlloc for
-// small buffers and wherever registration is not possible.  Never throws.
+// CUDA_SUCCESS, or the driver's error; cuMemHostAlloc's for buffers up to
+// 128 MiB and wherever registration is not possible.  Never throws.
 CUresult fresh_pinned_alloc(const RealDriver* d, std::size_t size, void** out);
 // Gives back what fresh_pinned_alloc returned.
 void fresh_pinned_free(const RealDriver* d, void* ptr);

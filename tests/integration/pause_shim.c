@@ -382,7 +382,7 @@ static int disk_read_fail(void) {
   return disk_free(&t);
 }
 
-/* A host backup of 64 MiB or more is fresh memory populated by several
+/* A host backup of more than 128 MiB is fresh memory populated by several
  * threads and registered (shim/fresh_pinned.cpp), not cuMemHostAlloc'ed;
  * given back at the resume (unregistered, unmapped) when not retained; a
  * small one stays cuMemHostAlloc's. */
@@ -395,11 +395,11 @@ static int big_host_backup(void) {
   CHECK_RC(set_retain(NULL, 0), 0);
   CUdeviceptr w = 0, s = 0;
   CHECK_RC(set_tag("weights"), 0);
-  CHECK_CU(cuMemAlloc_v2(&w, 100u << 20));
+  CHECK_CU(cuMemAlloc_v2(&w, 160u << 20));
   CHECK_RC(set_tag("small"), 0);
   CHECK_CU(cuMemAlloc_v2(&s, 3u << 20));
   CHECK_RC(set_tag(NULL), 0);
-  fill(w, 100u << 20, 7);
+  fill(w, 160u << 20, 7);
   fill(s, 3u << 20, 8);
   const struct fake_cuda_stats_t before = stats();
   CHECK_RC(pause_tag("weights"), 0);
@@ -408,7 +408,7 @@ static int big_host_backup(void) {
   CHECK_RC(pause_tag("small"), 0);
   CHECK(stats().host_alloc == before.host_alloc + 1);
   CHECK_RC(resume_tag(NULL), 0);
-  CHECK(holds(w, 100u << 20, 7));
+  CHECK(holds(w, 160u << 20, 7));
   CHECK(holds(s, 3u << 20, 8));
   CHECK(stats().host_unregister == before.host_unregister + 1);  /* not retained: given back */
   CHECK(stats().live_host_allocs == before.live_host_allocs);
