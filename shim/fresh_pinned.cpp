@@ -10,7 +10,8 @@
 // populated by several threads at once (MADV_POPULATE_WRITE, or a write per
 // page on kernels before 5.14), then registered with cuMemHostRegister:
 // a probe on an H200 measured 12.9-14.3 GiB/s for the populating with 8
-// threads and 43-49 GiB/s for the registration.
+// threads and 43-49 GiB/s for the registration, and a first pause of 1-16
+// GiB went from 1.4-2.4 to 6.0-6.3 GiB/s (docs/BENCHMARKS.md section 9).
 //
 // Registered memory is page-locked as cuMemHostAlloc's is (the copies stay
 // asynchronous DMA) and is given back with cuMemHostUnregister + munmap, so
