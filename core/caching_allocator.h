@@ -313,11 +313,13 @@ class CachingAllocator {
   [[gnu::noinline]] Status malloc_slow(DevicePtr* out, std::size_t size, StreamId stream);
   [[gnu::noinline]] Status notify_alloc_unlock(Block* block, StreamId stream);
   Block* malloc_miss(BlockPool& pool, std::size_t size, std::size_t rounded, StreamId stream, Status* err);
-  Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
-  void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
+  // The first steps of every free (free_path.h, inline): find the block
+  // once, count it freed, apply the stream rule to the block found.
   Block* find_freed(DevicePtr ptr, Status* st);
   Block* count_free(Block* block);
-  Block* take_live(DevicePtr ptr, Status* st);
+  Status free_found(Block* block, std::span<const StreamId> fence_streams);
+  Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
+  void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
   // (The held block keeps its entry but is not allocated.  Inline: every free.)
   Block* find_live(DevicePtr ptr) const {
     Block* b = live_.find(ptr);
@@ -540,9 +542,7 @@ class CachingAllocator {
   bool adoptable(const Block* block) const;
   bool take_ownership(Block* block, ThreadCache* tc);
   Status free_deferred_adopt(DevicePtr ptr, ThreadCache* tc);
-  Block* find_freed_here(DevicePtr ptr, Status* st);  // find_freed and count_free, callable outside
-  Block* count_free_here(Block* block);                //   free_path.cpp
-  Status defer_live(Block* block);                      // fence_path.cpp: free_deferred's second half
+  Status defer_live(Block* block);  // fence_path.cpp: free_deferred after its lookup
   void fence_thread_batch(ThreadCache* tc);
   bool fence_waiting(ThreadCache* tc);
   bool reclaim_thread_fences(ThreadCache* tc);

@@ -25,21 +25,21 @@
 // Block::free_next.  Completion clears both and returns it to its pool.
 #include <algorithm>
 
-#include "caching_allocator.h"
+#include "free_path.h"
 
 namespace cachalloc {
 
 Status CachingAllocator::free_deferred(DevicePtr ptr) {
   std::lock_guard lock(mutex_);
   Status st = kSuccess;
-  Block* block = find_freed_here(ptr, &st);
+  Block* block = find_freed(ptr, &st);
   if (block == nullptr) return st;
   return defer_live(block);
 }
 
 // The program frees `block` (live): counted, out of the live map, deferred.
 Status CachingAllocator::defer_live(Block* block) {
-  block = count_free_here(block);
+  block = count_free(block);
   if (block == nullptr) return kSuccess;  // exported: retained
   live_.erase(block->ptr);
   defer(block);

@@ -8,66 +8,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "reuse_path.h"
+#include "free_path.h"
 
 namespace cachalloc {
-
-// `ptr`'s live block, untouched; nullptr (and *st) when there is none.
-[[gnu::always_inline]] inline Block* CachingAllocator::find_freed(DevicePtr ptr, Status* st) {
-  *st = kSuccess;
-  if (ptr == 0) return nullptr;
-  settle_held();  // at most one block is held: the last one freed
-  Block* block = find_live(ptr);
-  if (block == nullptr) [[unlikely]] *st = inside_segment(ptr) ? kInvalidValue : kNotOwned;
-  // Thread-owned (another thread's cache, or a free the owner's cache did
-  // not take): a plain live block from now on, or a double free.
-  if (block != nullptr && block->tc != nullptr) [[unlikely]]
-    if ((block = detach(block)) == nullptr) *st = kInvalidValue;
-  // Owned by a capture's token (owner_ledger.cpp): held for it, or freed
-  // before (a double free), or its owner is gone and it is freed as usual.
-  if (block != nullptr && block->owner != 0) [[unlikely]] {
-    if (block->phase() == BlockPhase::owner_held) {
-      *st = kInvalidValue;
-      return nullptr;
-    }
-    if (hold_for_owner_locked(block)) return nullptr;
-  }
-  return block;
-}
-
-// Takes a live block out of the allocation statistics, leaving its
-// live-map entry to the caller.  nullptr when the block was exported and
-// is now retained: then nothing more is to be done.
-[[gnu::always_inline]] inline Block* CachingAllocator::count_free(Block* block) {
-  const bool small = block->segment->small;
-  // (a held backup of the block's tag may lose its last block: pause_backup.cpp)
-  if (block->segment->tag != kUntagged) [[unlikely]] note_tagged_free(block);
-  const auto bytes = static_cast<std::int64_t>(block->size);
-  CACHALLOC_ASSERT(block->pending_events == 0 && block->tc == nullptr,
-                   "a block freed for the core waits for nothing yet and is owned by no thread cache");
-  set_phase(*block, BlockPhase::detached);
-  stats_.allocation.decrease(small, 1);
-  stats_.allocated_bytes.decrease(small, bytes);
-  stats_.requested_bytes.decrease(small, static_cast<std::int64_t>(block->requested));
-  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
-  notify(TraceKind::free, block->ptr, block->size, block->stream);
-  if (block->exported) [[unlikely]] {
-    live_.erase(block->ptr);
-    retain(block);
-    return nullptr;
-  }
-  return block;
-}
-
-// Out-of-line copies for the other files of the core.
-Block* CachingAllocator::find_freed_here(DevicePtr ptr, Status* st) { return find_freed(ptr, st); }
-Block* CachingAllocator::count_free_here(Block* block) { return count_free(block); }
-
-// find_freed and count_free.
-Block* CachingAllocator::take_live(DevicePtr ptr, Status* st) {
-  Block* block = find_freed(ptr, st);
-  return block != nullptr ? count_free(block) : nullptr;
-}
 
 // Here, not in caching_allocator.cpp: free_locked and the hold
 // (reuse_path.h) inline into them.
@@ -85,28 +28,13 @@ Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> st
                                                                    std::span<const StreamId> fence_streams) {
   Status st = kSuccess;
   Block* block = find_freed(ptr, &st);
-  if (block == nullptr) return st;
-  // The common case: freed on its own stream, used on no other, and it
-  // would merge with its free successor only: held, counted later.
-  const bool own_stream = block->stream_uses.empty() && fence_streams.empty();
-  if (own_stream && !block->exported && holdable(block)) [[likely]] {
-    hold(block);
-    return kSuccess;
-  }
-  block = count_free(block);
-  if (block == nullptr) return kSuccess;  // exported: retained
-  live_.erase(block->ptr);
-  if (own_stream) {
-    deactivate(block);
-    return kSuccess;
-  }
-  free_used_elsewhere(block, fence_streams);
-  return kSuccess;
+  return block != nullptr ? free_found(block, fence_streams) : st;
 }
 
 // free_cached's locked half (front_path.cpp): here, where find_freed and
-// free_locked inline.  The block goes into the thread's cache when adopt()
-// allows, else it is freed as free() would (after recording `stream`).
+// free_found inline.  The block goes into the thread's cache when adopt()
+// allows, else it is freed as free() would (after recording `stream`), the
+// block found once.
 Status CachingAllocator::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc) {
   std::lock_guard lock(mutex_);
   Status st = kSuccess;
@@ -117,7 +45,7 @@ Status CachingAllocator::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache*
   if (stream != kAnyStream && stream != block->stream &&
       std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end())
     block->stream_uses.push_back(stream);
-  return free_locked(ptr, {});
+  return free_found(block, {});
 }
 
 // free_locked for a block other streams used, or that a fence must cover.

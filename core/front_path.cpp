@@ -9,7 +9,7 @@
 #include <mutex>
 #include <new>
 
-#include "caching_allocator.h"
+#include "free_path.h"
 
 namespace cachalloc {
 
@@ -109,7 +109,7 @@ bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
 Status CachingAllocator::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
   std::lock_guard lock(mutex_);
   Status st = kSuccess;
-  Block* block = find_freed_here(ptr, &st);  // (detaches a thread-owned block)
+  Block* block = find_freed(ptr, &st);  // (detaches a thread-owned block)
   if (block == nullptr) return st;
   if (adoptable(block)) {
     std::lock_guard tl(tc->mutex);

@@ -46,7 +46,7 @@ void CachingAllocator::merge_held() {
 }
 
 // The statistics of the held block's free as the eager path counts them:
-// take_live, deactivate, and return_to_pool's merge with the successor
+// count_free, deactivate, and return_to_pool's merge with the successor
 // (which stops being an inactive split block of its own; the merged block
 // is one if its segment stays split).
 void CachingAllocator::count_held_free(AllocatorStats& s, const Block* block) const {

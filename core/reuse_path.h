@@ -72,7 +72,7 @@ inline bool CachingAllocator::holdable(const Block* block) const {
     stats_.inactive_split.cycle(small, 1);
     stats_.inactive_split_bytes.cycle(small, static_cast<std::int64_t>(tail->size));
   }
-  // take_live and deactivate, then activate().
+  // count_free and deactivate, then activate().
   block->id = ++next_id_;  // (its live-map entry stayed: hold())
   stats_.count_reuse(small, bytes);  // allocation, allocated_bytes, active, active_bytes: cycle()
   stats_.requested_bytes.replace(small, static_cast<std::int64_t>(block->requested),
