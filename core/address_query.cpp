@@ -53,7 +53,7 @@ Status CachingAllocator::query(DevicePtr ptr, AddressInfo* out) const {
 Status CachingAllocator::mark_exported(DevicePtr block, std::uint64_t id) {
   std::lock_guard lock(mutex_);
   Block* b = find_live(block);
-  if (b != nullptr && b->tc != nullptr) b = detach(b);  // exported memory is never cached
+  if (b != nullptr && b->tc != nullptr) b = front_.detach(b);  // exported memory is never cached
   if (b == nullptr || b->id != id) return inside_segment(block) ? kInvalidValue : kNotOwned;
   if (b->segment->expandable) return kNotSupported;
   b->exported = true;
@@ -68,7 +68,7 @@ std::size_t CachingAllocator::mark_range_exported(DevicePtr lo, DevicePtr hi) {
   for (; it != segments_.end() && it->second->base < hi; ++it)
     for (Block* b = it->second->head; b != nullptr; b = b->next)
       if (b->is_allocated() && b->ptr < hi && lo < b->ptr + b->size) {
-        if (b->tc != nullptr && detach(b) == nullptr) continue;  // cached: freed
+        if (b->tc != nullptr && front_.detach(b) == nullptr) continue;  // cached: freed
         b->exported = true;
         ++marked;
       }

@@ -158,7 +158,7 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
   if (Block* b = steal_block(pool, size, stream)) return b;
   // Then what threads keep cached in their front caches.
   // (Their fenced frees join the deferred list: worth a join.)
-  if (tcs_ != nullptr && flush_thread_caches(false)) {
+  if (front_.any() && front_.flush(false)) {
     if (Block* b = take_free_block(pool, size, stream)) return b;
     if (deferred_ != nullptr)
       if (Block* b = join_waiting(pool, size, stream)) return b;

@@ -9,8 +9,7 @@
 namespace cachalloc {
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config, int device)
-    : serial_(next_allocator_serial()), backend_(backend), config_(config), device_(device) {
-  tc_events_.store(config_.thread_cache_bytes != 0 ? &kTcNever : &kTcAlways, std::memory_order_relaxed);
+    : front_(*this, config), backend_(backend), config_(config), device_(device) {
   std::size_t free_bytes = 0;
   if (backend_->mem_info(&free_bytes, &device_total_) != kSuccess) device_total_ = 0;
   allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
@@ -27,7 +26,7 @@ CachingAllocator::~CachingAllocator() {
   // Live blocks belong to the program; only what is cached goes back.  The
   // shim never destroys allocators at process exit (the driver may be gone).
   // Thread caches give their blocks back and forget this allocator first.
-  orphan_thread_caches();
+  front_.orphan();
   std::lock_guard lock(mutex_);
   settle_held();
   synchronize_events();
@@ -89,7 +88,7 @@ Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
   Block* block = find_live(ptr);
   // A thread-owned block becomes a plain live one: its free must now wait.
   if (block != nullptr && block->tc != nullptr) [[unlikely]]
-    if ((block = detach(block)) == nullptr) return kInvalidValue;
+    if ((block = front_.detach(block)) == nullptr) return kInvalidValue;
   if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
   // Use on the block's own stream needs no event: stream order covers it.
   if (stream == block->stream) return kSuccess;
@@ -106,12 +105,12 @@ bool CachingAllocator::owns(DevicePtr ptr) const {
 bool CachingAllocator::is_live(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   const Block* b = find_live(ptr);
-  return b != nullptr && program_live(b);
+  return b != nullptr && front_.program_live(b);
 }
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
-  flush_thread_caches(false);
+  front_.flush(false);
   settle_held();  // the held block's segment may be whole once merged
   synchronize_events();
   release_all_cached();
@@ -151,18 +150,18 @@ std::size_t CachingAllocator::releasable_bytes() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  lock_thread_caches();
+  front_.lock_all();
   DeviceStats s = settled_stats();
-  unlock_thread_caches();
+  front_.unlock_all();
   return s;
 }
 
 // (The thread caches' locks held: their unmerged deltas count.)
 DeviceStats CachingAllocator::settled_stats() const {
-  if (held_ == nullptr && tcs_ == nullptr) return stats_.get();
+  if (held_ == nullptr && !front_.any()) return stats_.get();
   AllocatorStats s = stats_;
   if (held_ != nullptr) count_held_free(s, held_);
-  add_deltas(s);
+  front_.add_deltas(s);
   return s.get();
 }
 
@@ -172,14 +171,14 @@ void CachingAllocator::reset_peak_stats() {
   // its free and reuse could reach, which is exact only while no peak was
   // lowered since its free.  Thread caches' deltas merge first, likewise.
   settle_held();
-  merge_all_deltas();
+  front_.merge_all_deltas();
   stats_.reset_peak();
 }
 
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard lock(mutex_);
   settle_held();  // its free counts before the reset (its reuse only adds to the counts)
-  merge_all_deltas();  // so do the thread caches' deltas
+  front_.merge_all_deltas();  // so do the thread caches' deltas
   stats_.reset_accumulated();
   accumulated_reset_ = true;
 }
@@ -187,21 +186,12 @@ void CachingAllocator::reset_accumulated_stats() {
 void CachingAllocator::set_observer(AllocatorObserver* observer) {
   std::lock_guard lock(mutex_);
   observer_ = observer;
-  const std::atomic<bool>* flag = &kTcNever;
-  if (config_.thread_cache_bytes == 0) {
-    flag = &kTcAlways;
-  } else if (observer != nullptr) {
-    flag = observer->events_flag() != nullptr ? observer->events_flag() : &kTcAlways;
-  }
-  tc_events_.store(flag, std::memory_order_relaxed);
+  front_.set_observer_flag(observer != nullptr ? observer->events_flag() : nullptr, observer != nullptr);
 }
-
-const std::atomic<bool> CachingAllocator::kTcNever{false};
-const std::atomic<bool> CachingAllocator::kTcAlways{true};
 
 std::vector<SegmentInfo> CachingAllocator::snapshot() {
   std::lock_guard lock(mutex_);
-  flush_thread_caches(true);  // their blocks then read as the program holds them
+  front_.flush(true);  // their blocks then read as the program holds them
   settle_held();  // a snapshot shows free blocks merged, as the statistics count them
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());

@@ -20,9 +20,17 @@
 // skips even the split and the merge: the freed block is held unmerged
 // until the next request takes it again (reuse_path.cpp).
 //
+// Rooms: the allocator owns a Front (front.h: the per-thread caches and
+// their hand-over), and keeps the pools, segments, the policy and the
+// blocks that wait (events, fences, retiring runs, owner tokens) itself.
+// What it may touch: everything below and the backend; of the front only
+// its core's side (front.h), with this allocator's lock held.  Its
+// invariants are block.h's (checked by validate(), validate.h) and those
+// written beside the members below.
+//
 // Thread safety: every public method takes the allocator's mutex, except
-// the per-thread front cache's hot halves (malloc_cached / free_cached hits,
-// thread_cache.h), which take only the calling thread's cache lock.
+// the front's hot halves (malloc_cached / free_cached hits, front.h),
+// which take only the calling thread's cache lock.
 #pragma once
 
 #include <atomic>
@@ -42,11 +50,11 @@
 #include "live_map.h"
 #include "config.h"
 #include "fast_mutex.h"
+#include "front.h"
 #include "observer.h"
 #include "size_policy.h"
 #include "allocator_stats.h"
 #include "stats.h"
-#include "thread_cache.h"
 #include "tag_state.h"
 
 namespace cachalloc {
@@ -140,43 +148,8 @@ class CachingAllocator {
   // and then nothing changes.
   Status free(DevicePtr ptr);
 
-  // Per-thread front cache (thread_cache.h).  malloc_cached: true (and *out
-  // set) when the calling thread's cache had a block of the request's
-  // rounded size on `stream`; false changes nothing (call malloc()).
-  // kMaySlow false: the hit alone, no locked half (which may make driver
-  // calls: the shim's caller without a current context, driver_ops.cpp).
-  template <bool kMaySlow = true>
-  bool malloc_cached(DevicePtr* out, std::size_t size, StreamId stream);
-  // A free that is immediately safe in the order of `stream` (kAnyStream:
-  // the block's own; a plain free under free_sync stream): through the
-  // thread's cache when it may keep the block, else as record_stream(ptr,
-  // stream) + free().  Same statuses as free().  `give_tried`: the caller's
-  // give_cached / give_cached_fenced(ptr) just missed on this thread, and
-  // would again (only the owner thread hands blocks out of its cache): the
-  // cache's lock is not taken a second time for it.
-  Status free_cached(DevicePtr ptr, StreamId stream, bool give_tried = false);
-  // free_deferred() through the thread's cache: the block waits there for a
-  // fence the thread records over a batch of its frees (thread_cache.h,
-  // point (g)), else as free_deferred().  Same statuses as free().
-  Status free_cached_fenced(DevicePtr ptr, bool give_tried = false);
-  // The hits alone of free_cached(ptr, kAnyStream) and free_cached_fenced(),
-  // for a caller that does not know yet whether `ptr` is this allocator's
-  // (the shim's cuMemFree, before it asks the driver for the current
-  // context): whether the calling thread's cache handed `ptr` out and took
-  // it back.  A miss (kNotMine / false) changes nothing.  kFenceDue: kept,
-  // and the caller calls fence_cached_frees() with this allocator's context
-  // current (a fence records driver events).  give_cached(ptr, stream): the
-  // hit of free_cached(ptr, stream), `stream` the block's own.
-  bool give_cached(DevicePtr ptr, StreamId stream = kAnyStream);
-  ThreadCache::GiveFenced give_cached_fenced(DevicePtr ptr);
-  void fence_cached_frees();
-  // Whether the layer is on (thread_cache_kb != 0).
-  bool thread_cache_on() const { return config_.thread_cache_bytes != 0; }
-  // Unique per allocator in the process (thread caches match on it).
-  std::uint64_t serial() const { return serial_; }
-  // Thread exit (thread_cache.cpp): the cache's blocks go back, it leaves
-  // the list.  Called with the registry mutex held.
-  void retire_thread_cache(ThreadCache* tc);
+  // The per-thread caches (front.h): the shim's cached malloc and free.
+  Front& front() { return front_; }
 
   // Like free(), but the block becomes reusable only after all work enqueued
   // so far on each of `streams` has completed (one event per stream).
@@ -300,6 +273,7 @@ class CachingAllocator {
 
  private:
   friend class Validator;  // validate.h: one named check per invariant
+  friend class Front;      // front.h says what of the core it may touch
 
   struct PendingEvent {
     EventId event;
@@ -513,6 +487,7 @@ class CachingAllocator {
   void wait_fences();
   void flush_deferred();
   void complete_batch(Block* blocks);
+  Status defer_live(Block* block);  // free_deferred after its lookup
   // About 20 frees per event of a fence, so that recording and querying it
   // cost at most ~0.1 driver calls per free; but at most 160 frees: with
   // PyTorch's pool of ~128 non-blocking streams alive a fence takes 129
@@ -534,51 +509,9 @@ class CachingAllocator {
   }
   void send_event(TraceKind kind, DevicePtr ptr, std::size_t size, StreamId stream);
 
-  // The per-thread layer's core side (front_path.cpp).
-  bool malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc);
-  ThreadCache* create_thread_cache();
-  Status free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc);
-  bool adopt(Block* block, StreamId stream, ThreadCache* tc);
-  bool adoptable(const Block* block) const;
-  bool take_ownership(Block* block, ThreadCache* tc);
-  Status free_deferred_adopt(DevicePtr ptr, ThreadCache* tc);
-  Status defer_live(Block* block);  // fence_path.cpp: free_deferred after its lookup
-  void fence_thread_batch(ThreadCache* tc);
-  bool fence_waiting(ThreadCache* tc);
-  bool reclaim_thread_fences(ThreadCache* tc);
-  std::size_t hand_over_held(ThreadCache* tc, bool fenced_too);
-  void disown(ThreadCache* tc, Block* b);
-  static void merge_stat(Stat& s, const ThreadDelta& d);
-  Block* detach(Block* block);
-  void merge_deltas(ThreadCache* tc);
-  void merge_all_deltas();
-  void add_deltas(AllocatorStats& s) const;  // the caches' locks held
-  void reserve_ids(ThreadCache* tc);
-  bool flush_thread_caches(bool out_too);
-  std::size_t flush_one(ThreadCache* tc, bool out_too);
-  bool program_live(const Block* b) const;
-  void lock_thread_caches() const;
-  void unlock_thread_caches() const;
-  void orphan_thread_caches();
-  ThreadCache* tcs_ = nullptr;                   // this allocator's thread caches (under mutex_)
-  std::size_t tcs_count_ = 0;                    // how many (under mutex_)
-  std::size_t thread_fence_batch() const;        // front_path.cpp
-  void rebatch_thread_caches();
-  const std::uint64_t serial_;
-  // Whether the calling thread may use its cache now: two relaxed loads.
-  // tc_events_ points at a flag that reads true while the layer must not
-  // serve: kTcAlways when the layer is off (thread_cache_kb 0) or the
-  // observer wants every event, the observer's own flag while its interest
-  // can change (thread caches send no trace events: while the observer
-  // records them, every operation takes the locked path), kTcNever without
-  // an observer.  Observers live as long as the process (the flags too).
-  static const std::atomic<bool> kTcNever;
-  static const std::atomic<bool> kTcAlways;
-  std::atomic<const std::atomic<bool>*> tc_events_{&kTcAlways};
-  [[gnu::always_inline]] bool tc_usable() const {
-    return !tc_events_.load(std::memory_order_relaxed)->load(std::memory_order_relaxed);
-  }
-
+  // First, where the thread caches' fields were before it: the hit's reads
+  // (the serial and the events flag) stay on the allocator's first line.
+  Front front_;
   DeviceBackend* backend_;
   const Config config_;
   // Garbage collection on: pools count their lookups (a bool for the hot path).
@@ -685,5 +618,3 @@ class CachingAllocator {
 };
 
 }  // namespace cachalloc
-
-#include "thread_cache_path.h"  // the inline hot halves of malloc_cached / free_cached

@@ -275,7 +275,7 @@ bool CachingAllocator::join_fences() {
 
 void CachingAllocator::reclaim() {
   std::lock_guard lock(mutex_);
-  flush_thread_caches(false);  // memory pressure: idle threads' blocks count as releasable
+  front_.flush(false);  // memory pressure: idle threads' blocks count as releasable
   flush_deferred();
   poll_fences();
   if (pending_count_ != 0 || !unsynced_.empty()) process_events();

@@ -31,23 +31,6 @@ Status CachingAllocator::free_fenced(DevicePtr ptr, std::span<const StreamId> st
   return block != nullptr ? free_found(block, fence_streams) : st;
 }
 
-// free_cached's locked half (front_path.cpp): here, where find_freed and
-// free_found inline.  The block goes into the thread's cache when adopt()
-// allows, else it is freed as free() would (after recording `stream`), the
-// block found once.
-Status CachingAllocator::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc) {
-  std::lock_guard lock(mutex_);
-  Status st = kSuccess;
-  Block* block = find_freed(ptr, &st);  // (detaches a thread-owned block)
-  if (block == nullptr) return st;
-  if (tc != nullptr && adopt(block, stream, tc)) return kSuccess;
-  // As record_stream(): a free on another stream waits for it.
-  if (stream != kAnyStream && stream != block->stream &&
-      std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end())
-    block->stream_uses.push_back(stream);
-  return free_found(block, {});
-}
-
 // free_locked for a block other streams used, or that a fence must cover.
 void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams) {
   // Streams whose pending work must finish before reuse: recorded uses plus
@@ -111,7 +94,7 @@ bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
 
 Status CachingAllocator::retire_stream(StreamId stream) {
   std::lock_guard lock(mutex_);
-  flush_thread_caches(false);  // blocks cached on it wait too
+  front_.flush(false);  // blocks cached on it wait too
   settle_held();  // its blocks wait too, merged as the bins would hold them
   // No other stream takes its blocks from now on (steal_path.cpp).
   for (BlockPool* pool : {&small_pool_, &large_pool_})

@@ -21,7 +21,7 @@ namespace cachalloc {
   // Thread-owned (another thread's cache, or a free the owner's cache did
   // not take): a plain live block from now on, or a double free.
   if (block != nullptr && block->tc != nullptr) [[unlikely]]
-    if ((block = detach(block)) == nullptr) *st = kInvalidValue;
+    if ((block = front_.detach(block)) == nullptr) *st = kInvalidValue;
   // Owned by a capture's token (owner_ledger.cpp): held for it, or freed
   // before (a double free), or its owner is gone and it is freed as usual.
   if (block != nullptr && block->owner != 0) [[unlikely]] {

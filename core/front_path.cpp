@@ -1,10 +1,11 @@
-// front_path.cpp — the allocator's side of the per-thread front caches,
-// their locked halves: creation, adoption of freed blocks, detaching,
+// front_path.cpp — the front's locked halves (front.h): creation of a
+// thread's cache, adoption of freed blocks, fenced frees, detaching,
 // flushing, statistic merges and a cache's retirement at its thread's exit.
 // thread_cache.h states the design and its invariants; the lock-free halves
-// (take, give) are inline there, and the registry of threads' caches (the
-// thread-exit hook that calls back into retire_thread_cache) is
-// thread_cache.cpp.
+// (take, give) are inline there and in front.h, and the registry of
+// threads' caches (the thread-exit hook that calls back into retire) is
+// thread_cache.cpp.  A free the cache does not take goes on to the core's
+// rules with the block already found (free_path.h): one lookup per free.
 #include <algorithm>
 #include <mutex>
 #include <new>
@@ -13,18 +14,40 @@
 
 namespace cachalloc {
 
+Front::Front(CachingAllocator& core, const Config& config)
+    : core_(core),
+      serial_(next_allocator_serial()),
+      layer_on_(config.thread_cache_bytes != 0),
+      tc_events_(layer_on_ ? &kTcNever : &kTcAlways),
+      divisions_(config.roundup_power2_divisions) {}
+
+const std::atomic<bool> Front::kTcNever{false};
+const std::atomic<bool> Front::kTcAlways{true};
+
+// Under the allocator's lock (set_observer).  The caches send no trace
+// events, so while the observer may want them the layer reads its flag.
+void Front::set_observer_flag(const std::atomic<bool>* flag, bool has_observer) {
+  const std::atomic<bool>* f = &kTcNever;
+  if (!layer_on_) {
+    f = &kTcAlways;
+  } else if (has_observer) {
+    f = flag != nullptr ? flag : &kTcAlways;
+  }
+  tc_events_.store(f, std::memory_order_relaxed);
+}
+
 // A miss because the cache's reserved ids ran out: more, and again.
-bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc) {
+bool Front::malloc_cached_slow(DevicePtr* out, std::size_t size, StreamId stream, ThreadCache* tc) {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(core_.mutex_);
     std::lock_guard tl(tc->mutex);
-    ++stats_.num_thread_cache_locked_allocs;
+    ++core_.stats_.num_thread_cache_locked_allocs;
     if (tc->next_id == tc->id_end) reserve_ids(tc);
     if (tc->fence_count != 0) reclaim_thread_fences(tc);
     merge_deltas(tc);
   }
   std::lock_guard tl(tc->mutex);
-  Block* b = tc->take(round_size(size, config_), size, stream);
+  Block* b = tc->take(round_size(size, divisions_), size, stream);
   if (b == nullptr) return false;
   *out = b->ptr;
   return true;
@@ -32,16 +55,16 @@ bool CachingAllocator::malloc_cached_slow(DevicePtr* out, std::size_t size, Stre
 
 // ------------------------------------------------------------ locked halves
 
-ThreadCache* CachingAllocator::create_thread_cache() {
-  if (!prepare_thread_cache([](ThreadCache* tc) { tc->alloc->retire_thread_cache(tc); })) return nullptr;
-  auto* tc = new (std::nothrow) ThreadCache(this, serial_, config_.thread_cache_bytes);
+ThreadCache* Front::create_thread_cache() {
+  if (!prepare_thread_cache([](ThreadCache* tc) { tc->front->retire(tc); })) return nullptr;
+  auto* tc = new (std::nothrow) ThreadCache(this, serial_, core_.config_.thread_cache_bytes);
   if (tc == nullptr) return nullptr;
   {
     std::lock_guard g(thread_cache_registry());
     // Caches of allocators that died since go now (their blocks went back
     // when the allocator orphaned them).
     drop_orphaned_thread_caches();
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(core_.mutex_);
     tc->next_in_alloc = tcs_;
     tcs_ = tc;
     ++tcs_count_;
@@ -54,23 +77,23 @@ ThreadCache* CachingAllocator::create_thread_cache() {
 }
 
 // Both locks held.
-void CachingAllocator::reserve_ids(ThreadCache* tc) {
-  tc->next_id = next_id_ + 1;
-  next_id_ += ThreadCache::kIdBatch;
-  tc->id_end = next_id_ + 1;
+void Front::reserve_ids(ThreadCache* tc) {
+  tc->next_id = core_.next_id_ + 1;
+  core_.next_id_ += ThreadCache::kIdBatch;
+  tc->id_end = core_.next_id_ + 1;
 }
 
 // The program frees `block` (live, plain): into `tc` when the free is
 // immediately safe on the block's stream and the cache has room.
 // Whether a live block is of a kind the caches take (thread_cache.h (b)).
-bool CachingAllocator::adoptable(const Block* block) const {
+bool Front::adoptable(const Block* block) const {
   const Segment* seg = block->segment;
   return seg->small && !seg->expandable && block->size <= ThreadCache::kMaxBlock &&
-         block->size < config_.max_split_size && !block->exported && block->stream_uses.empty() &&
+         block->size < core_.config_.max_split_size && !block->exported && block->stream_uses.empty() &&
          block->owner == 0;
 }
 
-bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
+bool Front::adopt(Block* block, StreamId stream, ThreadCache* tc) {
   if (!adoptable(block) || (stream != kAnyStream && stream != block->stream)) return false;
   std::lock_guard tl(tc->mutex);
   if (!take_ownership(block, tc)) return false;
@@ -85,7 +108,7 @@ bool CachingAllocator::adopt(Block* block, StreamId stream, ThreadCache* tc) {
 // program (counted now: the block stays allocated for the core; the caller
 // sets its phase, tc_cached or tc_waiting).  False when the cache has no
 // room.
-bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
+bool Front::take_ownership(Block* block, ThreadCache* tc) {
   if (tc->owned_bytes + block->size > tc->limit) return false;
   merge_deltas(tc);
   if (tc->id_end - tc->next_id < ThreadCache::kIdBatch / 2) reserve_ids(tc);
@@ -94,24 +117,42 @@ bool CachingAllocator::take_ownership(Block* block, ThreadCache* tc) {
   block->tc = tc;
   tc->owned_bytes += block->size;
   const auto bytes = static_cast<std::int64_t>(block->size);
-  stats_.allocation.decrease(true, 1);
-  stats_.allocated_bytes.decrease(true, bytes);
-  stats_.active.decrease(true, 1);
-  stats_.active_bytes.decrease(true, bytes);
-  stats_.requested_bytes.decrease(true, static_cast<std::int64_t>(block->requested));
+  core_.stats_.allocation.decrease(true, 1);
+  core_.stats_.allocated_bytes.decrease(true, bytes);
+  core_.stats_.active.decrease(true, 1);
+  core_.stats_.active_bytes.decrease(true, bytes);
+  core_.stats_.requested_bytes.decrease(true, static_cast<std::int64_t>(block->requested));
   return true;
+}
+
+// free_cached's locked half: the block goes into the thread's cache when
+// adopt() allows, else it is freed as free() would (after recording
+// `stream`), the block found once.  tc null: the layer is off, or no cache
+// could be made.
+Status Front::free_adopt(DevicePtr ptr, StreamId stream, ThreadCache* tc) {
+  std::lock_guard lock(core_.mutex_);
+  Status st = kSuccess;
+  Block* block = core_.find_freed(ptr, &st);  // (detaches a thread-owned block)
+  if (block == nullptr) return st;
+  if (tc != nullptr && adopt(block, stream, tc)) return kSuccess;
+  // As record_stream(): a free on another stream waits for it.
+  if (stream != kAnyStream && stream != block->stream &&
+      std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end())
+    block->stream_uses.push_back(stream);
+  return core_.free_found(block, {});
 }
 
 // ------------------------------------------------- fenced frees (point (g))
 
 // free_cached_fenced's locked half, for a block the cache did not hand out:
-// adopted into its waiting list when it may be, else free_deferred().
-Status CachingAllocator::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
-  std::lock_guard lock(mutex_);
+// adopted into its waiting list when it may be, else free_deferred().  tc
+// null: the layer is off, or no cache could be made.
+Status Front::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
+  std::lock_guard lock(core_.mutex_);
   Status st = kSuccess;
-  Block* block = find_freed(ptr, &st);  // (detaches a thread-owned block)
+  Block* block = core_.find_freed(ptr, &st);  // (detaches a thread-owned block)
   if (block == nullptr) return st;
-  if (adoptable(block)) {
+  if (tc != nullptr && adoptable(block)) {
     std::lock_guard tl(tc->mutex);
     if (take_ownership(block, tc)) {
       tc->hold(block);  // active and deferred again, through the deltas
@@ -119,18 +160,18 @@ Status CachingAllocator::free_deferred_adopt(DevicePtr ptr, ThreadCache* tc) {
       return kSuccess;
     }
   }
-  return defer_live(block);
+  return core_.defer_live(block);
 }
 
 // A fence over the calling thread's waiting frees (free_cached_fenced, when
 // `batch` of them wait).
-void CachingAllocator::fence_thread_batch(ThreadCache* tc) {
-  std::lock_guard lock(mutex_);
+void Front::fence_thread_batch(ThreadCache* tc) {
+  std::lock_guard lock(core_.mutex_);
   std::lock_guard tl(tc->mutex);
   fence_waiting(tc);
 }
 
-void CachingAllocator::fence_cached_frees() {
+void Front::fence_cached_frees() {
   if (ThreadCache* tc = find_thread_cache(serial_); tc != nullptr) fence_thread_batch(tc);
 }
 
@@ -138,21 +179,21 @@ void CachingAllocator::fence_cached_frees() {
 // recorded (all of the cache's fences in flight, or the backend failed) the
 // blocks go to the core's deferred list, which has its own fallbacks; during
 // a capture (kNotReady) they keep waiting.  Whether a fence was recorded.
-bool CachingAllocator::fence_waiting(ThreadCache* tc) {
+bool Front::fence_waiting(ThreadCache* tc) {
   if (tc->waiting == nullptr) return false;
   Status st = kNotSupported;
   FenceId fence = 0;
   DeviceBackend::FenceCost cost;
-  if (tc->fence_count < ThreadCache::kMaxFences) st = backend_->fence_record(&fence, &cost);
+  if (tc->fence_count < ThreadCache::kMaxFences) st = core_.backend_->fence_record(&fence, &cost);
   if (st == kNotReady) return false;
   if (st != kSuccess) {
     hand_over_held(tc, false);
     return false;
   }
-  ++stats_.num_fences;
-  stats_.num_fence_events += cost.events;
-  stats_.num_fence_stream_queries += cost.stream_queries;
-  events_per_fence_ = std::max(cost.calls(), 1);
+  ++core_.stats_.num_fences;
+  core_.stats_.num_fence_events += cost.events;
+  core_.stats_.num_fence_stream_queries += cost.stream_queries;
+  core_.events_per_fence_ = std::max(cost.calls(), 1);
   tc->fences[(tc->fence_head + tc->fence_count) % ThreadCache::kMaxFences] = {fence, tc->waiting, tc->waiting_count};
   ++tc->fence_count;
   tc->waiting = nullptr;
@@ -162,7 +203,7 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
   return true;
 }
 
-// Frees per thread fence, under mutex_: the allocator's fence_batch_min (20
+// Frees per thread fence, under the allocator's mutex: the allocator's fence_batch_min (20
 // per driver event), at least kMinBatch, and kMinBatch more per thread cache
 // of this allocator (up to kMaxBatchThreads = 8 of them: at 16, a batch of
 // 1,024 small blocks and the one behind its fence filled the 1 MiB cache, and
@@ -175,14 +216,14 @@ bool CachingAllocator::fence_waiting(ThreadCache* tc) {
 // BENCHMARKS.md Archive) at a batch of 64.  Scaling the batch keeps the fences per
 // second of all threads together about those of one thread.  What waits is
 // still bounded by the cache's bytes (fence_due: an eighth of its limit).
-std::size_t CachingAllocator::thread_fence_batch() const {
+std::size_t Front::thread_fence_batch() const {
   const std::size_t threads = std::clamp<std::size_t>(tcs_count_, 1, ThreadCache::kMaxBatchThreads);
-  return std::max(fence_batch_min(), ThreadCache::kMinBatch * threads);
+  return std::max(core_.fence_batch_min(), ThreadCache::kMinBatch * threads);
 }
 
-// Under mutex_, when a cache comes or goes: every cache's batch from the
+// Under the allocator's mutex, when a cache comes or goes: every cache's batch from the
 // new count (a cache's fields change under its own lock).
-void CachingAllocator::rebatch_thread_caches() {
+void Front::rebatch_thread_caches() {
   const std::size_t batch = thread_fence_batch();
   for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     std::lock_guard tl(tc->mutex);
@@ -193,19 +234,19 @@ void CachingAllocator::rebatch_thread_caches() {
 // Both locks held: `tc`'s completed fences, oldest first, put their blocks
 // into the bins (a fence recorded later completes later on every stream, so
 // the first one not done ends the walk).  Whether any block came back.
-bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
+bool Front::reclaim_thread_fences(ThreadCache* tc) {
   bool freed = false;
   while (tc->fence_count != 0) {
     const ThreadCache::Fenced f = tc->fences[tc->fence_head];
-    const Status st = backend_->fence_query(f.fence);
+    const Status st = core_.backend_->fence_query(f.fence);
     if (st == kNotReady) {
-      ++stats_.num_thread_fence_polls_not_ready;
+      ++core_.stats_.num_thread_fence_polls_not_ready;
       break;
     }
-    if (st != kSuccess && backend_->fence_synchronize(f.fence) != kSuccess &&
-        backend_->synchronize_device() != kSuccess)
+    if (st != kSuccess && core_.backend_->fence_synchronize(f.fence) != kSuccess &&
+        core_.backend_->synchronize_device() != kSuccess)
       break;
-    backend_->fence_destroy(f.fence);
+    core_.backend_->fence_destroy(f.fence);
     tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
     --tc->fence_count;
     for (Block* b = f.blocks; b != nullptr;) {
@@ -226,11 +267,11 @@ bool CachingAllocator::reclaim_thread_fences(ThreadCache* tc) {
 
 // Both locks held: a block `tc` owns and the program freed (cached, waiting
 // or fenced) leaves it, no longer allocated for the core either.
-void CachingAllocator::disown(ThreadCache* tc, Block* b) {
+void Front::disown(ThreadCache* tc, Block* b) {
   CACHALLOC_ASSERT(b->tc == tc && tc->owned_bytes >= b->size, "a thread cache disowns a block it owns");
   b->tc = nullptr;
   set_phase(*b, BlockPhase::detached);
-  live_.erase(b->ptr);
+  core_.live_.erase(b->ptr);
   tc->owned_bytes -= b->size;
 }
 
@@ -239,14 +280,14 @@ void CachingAllocator::disown(ThreadCache* tc, Block* b) {
 // the core's next fence, recorded later still, covers them.  They stay
 // active and deferred in the statistics (the deltas merged first).
 // Returns how many blocks moved.
-std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
+std::size_t Front::hand_over_held(ThreadCache* tc, bool fenced_too) {
   merge_deltas(tc);
   std::size_t n = 0;
   auto move = [&](Block* list) {
     for (Block* b = list; b != nullptr;) {
       Block* next = b->free_next;
       disown(tc, b);
-      enqueue_deferred(b);
+      core_.enqueue_deferred(b);
       ++n;
       b = next;
     }
@@ -257,7 +298,7 @@ std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
   tc->waiting_bytes = 0;
   for (; fenced_too && tc->fence_count != 0; --tc->fence_count) {
     const ThreadCache::Fenced f = tc->fences[tc->fence_head];
-    backend_->fence_destroy(f.fence);
+    core_.backend_->fence_destroy(f.fence);
     move(f.blocks);
     tc->fence_head = (tc->fence_head + 1) % ThreadCache::kMaxFences;
   }
@@ -268,7 +309,7 @@ std::size_t CachingAllocator::hand_over_held(ThreadCache* tc, bool fenced_too) {
 // handed-out block becomes a plain live block (returned); a cached one is
 // freed in the program's view (nullptr: the caller's ptr names no live
 // block).
-Block* CachingAllocator::detach(Block* block) {
+Block* Front::detach(Block* block) {
   ThreadCache* tc = block->tc;
   std::lock_guard tl(tc->mutex);
   if (block->phase() != BlockPhase::tc_out) return nullptr;
@@ -281,37 +322,37 @@ Block* CachingAllocator::detach(Block* block) {
 }
 
 // Both locks held.
-void CachingAllocator::merge_deltas(ThreadCache* tc) {
+void Front::merge_deltas(ThreadCache* tc) {
   auto merge = [](PoolStats& p, const ThreadDelta& d) { p.adjust(true, d.current, d.allocated, d.peak); };
-  merge(stats_.allocation, tc->count);
-  merge(stats_.active, tc->count);
-  merge(stats_.allocated_bytes, tc->bytes);
-  merge(stats_.active_bytes, tc->bytes);
-  merge(stats_.requested_bytes, tc->requested);
-  merge(stats_.active, tc->held_count);
-  merge(stats_.active_bytes, tc->held_bytes);
-  merge_stat(stats_.deferred_free_bytes, tc->held_bytes);
-  stats_.num_deferred_frees += tc->deferred_frees;
+  merge(core_.stats_.allocation, tc->count);
+  merge(core_.stats_.active, tc->count);
+  merge(core_.stats_.allocated_bytes, tc->bytes);
+  merge(core_.stats_.active_bytes, tc->bytes);
+  merge(core_.stats_.requested_bytes, tc->requested);
+  merge(core_.stats_.active, tc->held_count);
+  merge(core_.stats_.active_bytes, tc->held_bytes);
+  merge_stat(core_.stats_.deferred_free_bytes, tc->held_bytes);
+  core_.stats_.num_deferred_frees += tc->deferred_frees;
   tc->count = tc->bytes = tc->requested = tc->held_count = tc->held_bytes = ThreadDelta{};
   tc->deferred_frees = 0;
 }
 
 // A cache's delta into a plain Stat (deferred_free_bytes).
-void CachingAllocator::merge_stat(Stat& s, const ThreadDelta& d) {
+void Front::merge_stat(Stat& s, const ThreadDelta& d) {
   if (s.current + d.peak > s.peak) s.peak = s.current + d.peak;
   s.current += d.current;
   s.allocated += d.allocated;
   s.freed += d.allocated - d.current;
 }
 
-void CachingAllocator::merge_all_deltas() {
+void Front::merge_all_deltas() {
   for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     std::lock_guard tl(tc->mutex);
     merge_deltas(tc);
   }
 }
 
-void CachingAllocator::add_deltas(AllocatorStats& s) const {
+void Front::add_deltas(AllocatorStats& s) const {
   for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     s.allocation.adjust(true, tc->count.current, tc->count.allocated, tc->count.peak);
     s.active.adjust(true, tc->count.current, tc->count.allocated, tc->count.peak);
@@ -325,16 +366,16 @@ void CachingAllocator::add_deltas(AllocatorStats& s) const {
   }
 }
 
-void CachingAllocator::lock_thread_caches() const {
+void Front::lock_all() const {
   for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.lock();
 }
-void CachingAllocator::unlock_thread_caches() const {
+void Front::unlock_all() const {
   for (const ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) tc->mutex.unlock();
 }
 
 // Whether the program holds `b` (allocated for the core); the allocator's
 // lock held.
-bool CachingAllocator::program_live(const Block* b) const {
+bool Front::program_live(const Block* b) const {
   if (!b->is_allocated() || b->phase() == BlockPhase::owner_held) return false;
   if (b->tc == nullptr) [[likely]] return true;
   std::lock_guard tl(b->tc->mutex);
@@ -343,13 +384,13 @@ bool CachingAllocator::program_live(const Block* b) const {
 
 // Every cache's cached blocks back to the pools (and, with out_too, its
 // handed-out blocks become plain live blocks).  Whether any block came back.
-bool CachingAllocator::flush_thread_caches(bool out_too) {
+bool Front::flush(bool out_too) {
   std::size_t n = 0;
   for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) n += flush_one(tc, out_too);
   return n != 0;
 }
 
-std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
+std::size_t Front::flush_one(ThreadCache* tc, bool out_too) {
   std::lock_guard tl(tc->mutex);
   std::size_t n = hand_over_held(tc, true);  // (merges the deltas)
   for (Block*& head : tc->bins) {
@@ -357,7 +398,7 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
       Block* next = b->free_next;
       b->free_next = nullptr;
       disown(tc, b);
-      return_to_pool(b);  // its free and inactivity were counted at adoption
+      core_.return_to_pool(b);  // its free and inactivity were counted at adoption
       ++n;
       b = next;
     }
@@ -375,8 +416,8 @@ std::size_t CachingAllocator::flush_one(ThreadCache* tc, bool out_too) {
   return n;
 }
 
-void CachingAllocator::retire_thread_cache(ThreadCache* tc) {
-  std::lock_guard lock(mutex_);
+void Front::retire(ThreadCache* tc) {
+  std::lock_guard lock(core_.mutex_);
   flush_one(tc, true);
   for (ThreadCache** link = &tcs_; *link != nullptr; link = &(*link)->next_in_alloc)
     if (*link == tc) {
@@ -386,18 +427,18 @@ void CachingAllocator::retire_thread_cache(ThreadCache* tc) {
       break;
     }
   std::lock_guard tl(tc->mutex);
-  tc->alloc = nullptr;
+  tc->front = nullptr;
 }
 
 // The allocator is going: every cache gives its blocks back and forgets it
 // (its thread frees it later, at exit or its next cache creation).
-void CachingAllocator::orphan_thread_caches() {
+void Front::orphan() {
   std::lock_guard g(thread_cache_registry());
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(core_.mutex_);
   for (ThreadCache* tc = tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     flush_one(tc, true);
     std::lock_guard tl(tc->mutex);
-    tc->alloc = nullptr;
+    tc->front = nullptr;
   }
   tcs_ = nullptr;
   tcs_count_ = 0;

@@ -45,7 +45,7 @@ Status CachingAllocator::hold_for(DevicePtr ptr, std::uint64_t token) {
   settle_held();
   Block* block = find_live(ptr);
   if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
-  if (block->tc != nullptr && (block = detach(block)) == nullptr) return kInvalidValue;
+  if (block->tc != nullptr && (block = front_.detach(block)) == nullptr) return kInvalidValue;
   if (block->phase() == BlockPhase::owner_held) return kInvalidValue;
   // `token` replaces an older owner: the shim passes a token whose
   // captures include that owner's live ones (owner_of, graph_owners.h).
@@ -59,7 +59,7 @@ Status CachingAllocator::mark_owner(DevicePtr ptr, std::uint64_t token) {
   owners_.try_emplace(token);
   Block* block = find_live(ptr);
   if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
-  if (block->tc != nullptr && (block = detach(block)) == nullptr) return kInvalidValue;
+  if (block->tc != nullptr && (block = front_.detach(block)) == nullptr) return kInvalidValue;
   if (block->owner == 0) block->owner = token;
   return kSuccess;
 }

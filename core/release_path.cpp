@@ -80,7 +80,7 @@ void CachingAllocator::release_if_idle(Segment* seg) {
 
 Status CachingAllocator::release_after_context_death() {
   std::lock_guard lock(mutex_);
-  flush_thread_caches(true);
+  front_.flush(true);
   Status first_error = kSuccess;
   auto note = [&](Status st) {
     if (st != kSuccess && first_error == kSuccess) first_error = st;
@@ -115,7 +115,7 @@ std::vector<DevicePtr> CachingAllocator::live_block_addresses() const {
   std::vector<DevicePtr> out;
   // (The held block keeps its entry while free: reuse_path.h.)
   live_.for_each([&](DevicePtr ptr, const Block* block) {
-    if (program_live(block)) out.push_back(ptr);
+    if (front_.program_live(block)) out.push_back(ptr);
   });
   return out;
 }
@@ -123,7 +123,7 @@ std::vector<DevicePtr> CachingAllocator::live_block_addresses() const {
 std::size_t CachingAllocator::live_blocks_on_streams_except(StreamId except) const {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
-  live_.for_each([&](DevicePtr, const Block* block) { n += block->stream != except && program_live(block); });
+  live_.for_each([&](DevicePtr, const Block* block) { n += block->stream != except && front_.program_live(block); });
   return n;
 }
 

@@ -37,12 +37,24 @@ int power2_interval(std::size_t size) {
   return index < kPower2Intervals ? index : kPower2Intervals - 1;
 }
 
-std::size_t round_size_general(std::size_t size, const Config& config) {
+namespace {
+// (One body for both entries: each inlines it, so the core's large
+// requests, which take this path on every malloc, pay no second call.)
+inline std::size_t round_general(std::size_t size, const Power2Divisions& per_interval) {
   if (size < kMinBlockSize) return kMinBlockSize;
   if (size > kMaxRequestSize) return kSizeMax;
-  const std::size_t divisions = config.roundup_power2_divisions[power2_interval(size)];
+  const std::size_t divisions = per_interval[power2_interval(size)];
   if (divisions > 1 && size > kMinBlockSize * divisions) return round_to_power2_division(size, divisions);
   return round_up(size, kMinBlockSize);
+}
+}  // namespace
+
+std::size_t round_size_general(std::size_t size, const Config& config) {
+  return round_general(size, config.roundup_power2_divisions);
+}
+
+std::size_t round_size_general(std::size_t size, const Power2Divisions& divisions) {
+  return round_general(size, divisions);
 }
 
 std::size_t segment_size_for(std::size_t rounded) {

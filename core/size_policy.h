@@ -40,6 +40,16 @@ inline std::size_t round_size(std::size_t size, const Config& config) {
   return round_size_general(size, config);
 }
 
+// The same from the divisions alone: the front's copy (front.h), whose hit
+// then reads no configuration of the core.
+using Power2Divisions = decltype(Config::roundup_power2_divisions);
+std::size_t round_size_general(std::size_t size, const Power2Divisions& divisions);
+inline std::size_t round_size(std::size_t size, const Power2Divisions& divisions) {
+  if (size - 1 < kSmallSize && divisions[0] <= 1) [[likely]]
+    return (size + kMinBlockSize - 1) & ~(kMinBlockSize - 1);
+  return round_size_general(size, divisions);
+}
+
 // Segment size to ask the device for when no cached block fits `rounded`;
 // SIZE_MAX (never a wrapped, small size) when rounding up would overflow.
 std::size_t segment_size_for(std::size_t rounded);

@@ -82,7 +82,7 @@ void on_thread_exit(void*) {
   {
     std::lock_guard g(registry());
     for (ThreadCache* tc = list; tc != nullptr; tc = tc->next_in_thread)
-      if (tc->alloc != nullptr) g_retire(tc);
+      if (tc->front != nullptr) g_retire(tc);
   }
   while (list != nullptr) {
     ThreadCache* next = list->next_in_thread;
@@ -109,7 +109,7 @@ void drop_orphaned_thread_caches() {
   ThreadSlot& s = t_thread_slot;
   for (ThreadCache** link = &s.list; *link != nullptr;) {
     ThreadCache* old = *link;
-    if (old->alloc == nullptr) {
+    if (old->front == nullptr) {
       *link = old->next_in_thread;
       if (s.last == old) s.last = nullptr;
       delete old;

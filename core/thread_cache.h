@@ -12,7 +12,7 @@
 // lines stay with its thread.
 //
 // Ownership.  A block is "thread-owned" (Block::tc != nullptr) from the
-// moment its thread's free adopts it (adopt_locked, under the allocator's
+// moment its thread's free adopts it (Front::adopt, under the allocator's
 // lock) until a flush or detach gives it back (also under that lock).
 // While thread-owned it is, for the core, an allocated block
 // (Block::is_allocated()), in the live map, never split, merged or pooled.
@@ -104,7 +104,7 @@
 
 namespace cachalloc {
 
-class CachingAllocator;
+class Front;
 
 // Per-cache statistic deltas not yet merged into the allocator's counters:
 // `current` and `allocated` move as PoolStats' would, `peak` is the highest
@@ -126,14 +126,15 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   // Ids reserved per trip to the allocator's lock.
   static constexpr std::uint64_t kIdBatch = 1024;
 
-  ThreadCache(CachingAllocator* a, std::uint64_t serial, std::size_t limit) : alloc(a), alloc_serial(serial), limit(limit) {}
+  ThreadCache(Front* f, std::uint64_t serial, std::size_t limit) : front(f), alloc_serial(serial), limit(limit) {}
 
   static std::size_t bin_of(std::size_t size) { return size / kGrain - 1; }
 
   mutable FastMutex mutex;
-  // Null once the allocator is gone (written under the registry mutex and
-  // this mutex).  The owner matches caches by alloc_serial only.
-  CachingAllocator* alloc;
+  // The allocator's front (front.h); null once the allocator is gone
+  // (written under the registry mutex and this mutex).  The owner matches
+  // caches by alloc_serial only.
+  Front* front;
   const std::uint64_t alloc_serial;
   const std::size_t limit;  // bytes the cache may own (cached + out)
 
@@ -167,7 +168,7 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   // frees are cheap to hold (small blocks, under an eighth of the cache) and
   // each fence costs a trip to the allocator's lock and a later poll.
   static constexpr std::size_t kMinBatch = 64;
-  static constexpr std::size_t kMaxBatchThreads = 8;   // batch: CachingAllocator::thread_fence_batch
+  static constexpr std::size_t kMaxBatchThreads = 8;   // batch: Front::thread_fence_batch
   std::size_t batch = kMinBatch;
   // A fence is due once `batch` frees wait, or an eighth of the cache's
   // bytes (large blocks, or large batches: the cache must not fill with
@@ -209,8 +210,8 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
     out.for_each(fn);
   }
 
-  // The owner's hot halves (inlined into the allocator's malloc_cached /
-  // free_cached, thread_cache_path.h):
+  // The owner's hot halves (inlined into the front's malloc_cached /
+  // free_cached, front_hot.h):
   // a cached block of exactly `size` bytes on `stream`, live again for a
   // request of `requested` bytes; nullptr on a miss (or when ids ran out).
   Block* take(std::size_t size, std::size_t req, StreamId stream);
@@ -266,9 +267,9 @@ inline ThreadCache* find_thread_cache(std::uint64_t serial) {
 
 // The registry of threads' caches (thread_cache.cpp).  It reaches an
 // allocator only through `RetireThreadCache`, handed over by the allocator
-// (front_path.cpp: CachingAllocator::retire_thread_cache): at a thread's
-// exit, under the registry mutex, it is called for each of the thread's
-// caches whose allocator is still alive (tc->alloc not null).
+// (front_path.cpp: Front::retire): at a thread's exit, under the registry
+// mutex, it is called for each of the thread's caches whose allocator is
+// still alive (tc->front not null).
 using RetireThreadCache = void (*)(ThreadCache* tc);
 // The registry mutex: first in the lock order (above).
 std::mutex& thread_cache_registry();

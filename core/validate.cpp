@@ -36,10 +36,10 @@ std::string describe_address(DevicePtr at) {
 
 void CachingAllocator::validate() const {
   std::lock_guard lock(mutex_);
-  lock_thread_caches();
+  front_.lock_all();
   struct Unlock {
     const CachingAllocator* a;
-    ~Unlock() { a->unlock_thread_caches(); }
+    ~Unlock() { a->front_.unlock_all(); }
   } unlock_caches{this};
   Validator(*this).run();
 }

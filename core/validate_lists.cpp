@@ -43,9 +43,9 @@ std::unordered_map<const Block*, int> Validator::pending_references() const {
 //  * owned bytes = cached + handed-out + waiting + fenced bytes <= limit.
 void Validator::check_thread_caches() {
   std::size_t caches = 0;
-  for (const ThreadCache* tc = a_.tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+  for (const ThreadCache* tc = a_.front_.tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     ++caches;
-    expect_at(tc->alloc == &a_ && tc->alloc_serial == a_.serial_, "a thread cache belongs to its allocator", 0);
+    expect_at(tc->front == &a_.front_ && tc->alloc_serial == a_.front_.serial_, "a thread cache belongs to its allocator", 0);
     std::size_t cached = 0, cached_bytes = 0, out_bytes = 0;
     for (std::size_t i = 0; i < ThreadCache::kBins; ++i)
       for (const Block* b = tc->bins[i]; b != nullptr; b = b->free_next) {
@@ -90,7 +90,7 @@ void Validator::check_thread_caches() {
               0);
     tc_owned_ += cached + tc->out_count();
   }
-  expect_at(caches == a_.tcs_count_, "the thread cache count matches the list", 0);
+  expect_at(caches == a_.front_.tcs_count_, "the thread cache count matches the list", 0);
 }
 
 void Validator::check_held_in_segment() {
@@ -211,7 +211,7 @@ void Validator::check_statistics() {
   for (const Block* b = a_.deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
   for (const auto& f : a_.fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
-  for (const ThreadCache* tc = a_.tcs_; tc != nullptr; tc = tc->next_in_alloc) {
+  for (const ThreadCache* tc = a_.front_.tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     for (const Block* b = tc->waiting; b != nullptr; b = b->free_next) deferred_bytes += b->size;
     for (std::size_t k = 0; k < tc->fence_count; ++k)
       for (const Block* b = tc->fences[(tc->fence_head + k) % ThreadCache::kMaxFences].blocks; b != nullptr;

@@ -99,7 +99,7 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
 
 [[gnu::always_inline]] inline CUresult serve_alloc(ContextState& ctx, CUdeviceptr* out, size_t size, StreamId id) {
   DevicePtr p = 0;
-  if (thread_cache_eligible() && current_tag_is_untagged() && ctx.allocator().malloc_cached(&p, size, id)) [[likely]] {
+  if (thread_cache_eligible() && current_tag_is_untagged() && ctx.allocator().front().malloc_cached(&p, size, id)) [[likely]] {
     *out = static_cast<CUdeviceptr>(p);
     return CUDA_SUCCESS;
   }
@@ -111,7 +111,7 @@ Status free_in_owner(ContextState* current, DevicePtr ptr, FreeFn&& free_fn) {
 // Through the thread's cache when that is allowed (free_cached records the
 // stream itself when it is not the block's).
 Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
-  if (thread_cache_eligible()) return ctx.allocator().free_cached(ptr, id);
+  if (thread_cache_eligible()) return ctx.allocator().front().free_cached(ptr, id);
   Status s = ctx.allocator().record_stream(ptr, id);
   if (s != kSuccess) return s;
   return ctx.allocator().free(ptr);
@@ -125,8 +125,8 @@ Status free_on_stream(ContextState& ctx, DevicePtr ptr, StreamId id) {
 [[gnu::always_inline]] inline Status free_with_policy(ContextState& ctx, DevicePtr ptr, bool give_tried) {
   const FreeRule rule = choose_free_rule(ctx.free_sync(), ctx);
   if (thread_cache_eligible()) [[likely]] {
-    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().free_cached(ptr, kAnyStream, give_tried);
-    if (rule == FreeRule::fence) return ctx.allocator().free_cached_fenced(ptr, give_tried);
+    if (rule == FreeRule::stream) [[likely]] return ctx.allocator().front().free_cached(ptr, kAnyStream, give_tried);
+    if (rule == FreeRule::fence) return ctx.allocator().front().free_cached_fenced(ptr, give_tried);
   }
   return free_by_rule(ctx, ptr, rule);
 }
@@ -259,7 +259,7 @@ template <class Fn>
   const StreamId id = stream_id(stream, ptsz);
   if (ContextState* s = cached_stream_state(stream, id); s != nullptr) {
     DevicePtr p = 0;
-    if (s->allocator().malloc_cached<false>(&p, size, id)) {
+    if (s->allocator().front().malloc_cached<false>(&p, size, id)) {
       *out = static_cast<CUdeviceptr>(p);
       return CUDA_SUCCESS;
     }
@@ -273,7 +273,7 @@ template <class Fn>
 [[gnu::noinline]] CUresult free_async_without_context(CUdeviceptr ptr, CUstream stream, bool ptsz, bool* served) {
   const StreamId id = stream_id(stream, ptsz);
   if (ContextState* s = cached_stream_state(stream, id); s != nullptr) {
-    if (s->allocator().give_cached(static_cast<DevicePtr>(ptr), id)) {
+    if (s->allocator().front().give_cached(static_cast<DevicePtr>(ptr), id)) {
       *served = true;
       return CUDA_SUCCESS;
     }
@@ -302,7 +302,7 @@ namespace {
 // A due fence of the owner's thread cache, recorded with the owner current.
 [[gnu::noinline, gnu::cold]] void fence_cached_frees_in(ContextState& owner) {
   ContextGuard guard(driver(), owner.context());
-  owner.allocator().fence_cached_frees();
+  owner.allocator().front().fence_cached_frees();
 }
 
 // The free of a block that the calling thread's cache handed out, served
@@ -323,9 +323,9 @@ namespace {
   const FreeRule rule = choose_free_rule(last->free_sync(), *last);
   bool kept = false;
   if (rule == FreeRule::stream) [[likely]] {
-    kept = last->allocator().give_cached(ptr);
+    kept = last->allocator().front().give_cached(ptr);
   } else if (rule == FreeRule::fence) {
-    const ThreadCache::GiveFenced r = last->allocator().give_cached_fenced(ptr);
+    const ThreadCache::GiveFenced r = last->allocator().front().give_cached_fenced(ptr);
     if (r == ThreadCache::kFenceDue) [[unlikely]] fence_cached_frees_in(*last);
     kept = r != ThreadCache::kNotMine;
   } else {

@@ -25,13 +25,13 @@ constexpr StreamId kS = 7;
 
 DevicePtr cached_malloc(AllocFixture& f, std::size_t size, StreamId stream = kS) {
   DevicePtr p = 0;
-  REQUIRE(f.alloc->malloc_cached(&p, size, stream));
+  REQUIRE(f.alloc->front().malloc_cached(&p, size, stream));
   f.alloc->validate();
   return p;
 }
 
 void cached_free(AllocFixture& f, DevicePtr p, StreamId stream = kAnyStream) {
-  REQUIRE(f.alloc->free_cached(p, stream) == kSuccess);
+  REQUIRE(f.alloc->front().free_cached(p, stream) == kSuccess);
   f.alloc->validate();
 }
 
@@ -85,7 +85,7 @@ TEST_CASE("a freed block waits in the thread's cache and comes back with a fresh
   CHECK(agg(f.stats().active) == 0);
   CHECK(agg(f.stats().requested_bytes) == 0);
   // A double free is refused and changes nothing.
-  CHECK(f.alloc->free_cached(p, kAnyStream) == kInvalidValue);
+  CHECK(f.alloc->front().free_cached(p, kAnyStream) == kInvalidValue);
   CHECK(f.alloc->free(p) == kInvalidValue);
   f.alloc->validate();
 
@@ -149,15 +149,15 @@ TEST_CASE("a cached block is reused only on the stream it was freed safe for") {
   const DevicePtr p = f.malloc(512, kS);
   cached_free(f, p);
   DevicePtr q = 0;
-  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS + 1));
-  CHECK_FALSE(f.alloc->malloc_cached(&q, 2048, kS));  // another size: a miss
+  CHECK_FALSE(f.alloc->front().malloc_cached(&q, 512, kS + 1));
+  CHECK_FALSE(f.alloc->front().malloc_cached(&q, 2048, kS));  // another size: a miss
   f.alloc->validate();
   CHECK(cached_malloc(f, 512, kS) == p);
   // A free naming another stream is no immediately safe free: it waits for
   // that stream (an event), not in the cache.
-  CHECK(f.alloc->free_cached(p, kS + 1) == kSuccess);
+  CHECK(f.alloc->front().free_cached(p, kS + 1) == kSuccess);
   f.alloc->validate();
-  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+  CHECK_FALSE(f.alloc->front().malloc_cached(&q, 512, kS));
   CHECK(f.backend.live_events() >= 1);
 }
 
@@ -183,10 +183,10 @@ TEST_CASE("a size bin led by five or more blocks of other streams never hands on
     for (DevicePtr p : others) cached_free(f, p);  // each freed safe for its own stream
     // A stream with no cached block: always a miss, however long the bin.
     DevicePtr q = 0;
-    CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS + 100));
+    CHECK_FALSE(f.alloc->front().malloc_cached(&q, 512, kS + 100));
     f.alloc->validate();
     // kS: its own block or a miss, never another stream's.
-    if (f.alloc->malloc_cached(&q, 512, kS)) {
+    if (f.alloc->front().malloc_cached(&q, 512, kS)) {
       CHECK(stream_of.at(q) == kS);
       cached_free(f, q);
     }
@@ -194,7 +194,7 @@ TEST_CASE("a size bin led by five or more blocks of other streams never hands on
     // Each other stream: its own block (the newest ones lie within the walk).
     for (auto it = others.rbegin(); it != others.rend(); ++it) {
       const StreamId s = stream_of.at(*it);
-      if (f.alloc->malloc_cached(&q, 512, s)) {
+      if (f.alloc->front().malloc_cached(&q, 512, s)) {
         CHECK(stream_of.at(q) == s);
         CHECK(q == *it);
       }
@@ -215,7 +215,7 @@ TEST_CASE("a retired stream's blocks in a thread's cache wait for its last work"
   f.alloc->validate();
   // A new stream with the old handle: not the block, by the cache or the core.
   DevicePtr q = 0;
-  if (f.alloc->malloc_cached(&q, 512, kS)) CHECK(q != p);
+  if (f.alloc->front().malloc_cached(&q, 512, kS)) CHECK(q != p);
   f.alloc->validate();
   const DevicePtr r = f.malloc(512, kS);
   CHECK(r != p);
@@ -235,7 +235,7 @@ TEST_CASE("record_stream and export turn a handed-out block into a plain one") {
   f.alloc->validate();
   cached_free(f, q);  // waits for stream kS+1: not cached
   DevicePtr r = 0;
-  CHECK_FALSE(f.alloc->malloc_cached(&r, 512, kS));
+  CHECK_FALSE(f.alloc->front().malloc_cached(&r, 512, kS));
 
   const DevicePtr a = f.malloc(512, kS);
   cached_free(f, a);
@@ -243,7 +243,7 @@ TEST_CASE("record_stream and export turn a handed-out block into a plain one") {
   REQUIRE(f.alloc->mark_exported(b, query(f, b).id) == kSuccess);
   f.alloc->validate();
   cached_free(f, b);  // exported: retained, never cached
-  CHECK_FALSE(f.alloc->malloc_cached(&r, 512, kS));
+  CHECK_FALSE(f.alloc->front().malloc_cached(&r, 512, kS));
 }
 
 TEST_CASE("empty_cache, snapshots and a miss that would grow flush the caches") {
@@ -255,7 +255,7 @@ TEST_CASE("empty_cache, snapshots and a miss that would grow flush the caches") 
     f.empty_cache();
     CHECK(f.reserved() == 0);
     DevicePtr q = 0;
-    CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+    CHECK_FALSE(f.alloc->front().malloc_cached(&q, 512, kS));
   }
   SECTION("a miss that would grow") {
     AllocFixture f(Config{}, 2 * MiB);  // one small segment
@@ -297,11 +297,11 @@ TEST_CASE("a free from another thread takes a handed-out block back through the 
   const DevicePtr p = f.malloc(512, kS);
   cached_free(f, p);
   const DevicePtr q = cached_malloc(f, 512);
-  std::thread([&] { CHECK(f.alloc->free_cached(q, kAnyStream) == kSuccess); }).join();
+  std::thread([&] { CHECK(f.alloc->front().free_cached(q, kAnyStream) == kSuccess); }).join();
   f.alloc->validate();
   CHECK_FALSE(query(f, q).live);
   // The owner's cache no longer lists it: a second free is a double free.
-  CHECK(f.alloc->free_cached(q, kAnyStream) == kInvalidValue);
+  CHECK(f.alloc->front().free_cached(q, kAnyStream) == kInvalidValue);
   f.alloc->validate();
   CHECK(agg(f.stats().allocation) == 0);
 }
@@ -312,10 +312,10 @@ TEST_CASE("a thread's cache goes back at its exit") {
   DevicePtr handed = 0;
   std::thread([&] {
     const DevicePtr p = f.malloc(512, kS);
-    REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
-    REQUIRE(f.alloc->malloc_cached(&handed, 512, kS));  // still live at exit: the program's
+    REQUIRE(f.alloc->front().free_cached(p, kAnyStream) == kSuccess);
+    REQUIRE(f.alloc->front().malloc_cached(&handed, 512, kS));  // still live at exit: the program's
     const DevicePtr r = f.malloc(2048, kS);
-    REQUIRE(f.alloc->free_cached(r, kAnyStream) == kSuccess);
+    REQUIRE(f.alloc->front().free_cached(r, kAnyStream) == kSuccess);
   }).join();
   f.alloc->validate();
   CHECK(query(f, handed).live);
@@ -331,17 +331,17 @@ TEST_CASE("a cache never outlives its allocator") {
   auto f = std::make_unique<AllocFixture>();
   std::thread t([&] {
     const DevicePtr p = f->malloc(512, kS);
-    REQUIRE(f->alloc->free_cached(p, kAnyStream) == kSuccess);
+    REQUIRE(f->alloc->front().free_cached(p, kAnyStream) == kSuccess);
     step = 1;
     while (step.load() != 2) std::this_thread::yield();
     // A new allocator (perhaps at the old one's address): no cache yet.
     DevicePtr q = 0;
-    CHECK_FALSE(f->alloc->malloc_cached(&q, 512, kS));
+    CHECK_FALSE(f->alloc->front().malloc_cached(&q, 512, kS));
     const DevicePtr r = f->malloc(512, kS);
-    REQUIRE(f->alloc->free_cached(r, kAnyStream) == kSuccess);
-    CHECK(f->alloc->malloc_cached(&q, 512, kS));
+    REQUIRE(f->alloc->front().free_cached(r, kAnyStream) == kSuccess);
+    CHECK(f->alloc->front().malloc_cached(&q, 512, kS));
     CHECK(q == r);
-    REQUIRE(f->alloc->free_cached(q, kAnyStream) == kSuccess);
+    REQUIRE(f->alloc->front().free_cached(q, kAnyStream) == kSuccess);
     step = 3;
     while (step.load() != 4) std::this_thread::yield();
   });
@@ -363,10 +363,10 @@ TEST_CASE("thread_cache_kb:0 turns the layer off") {
   c.thread_cache_bytes = 0;
   AllocFixture f(c);
   const DevicePtr p = f.malloc(512, kS);
-  REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+  REQUIRE(f.alloc->front().free_cached(p, kAnyStream) == kSuccess);
   f.alloc->validate();
   DevicePtr q = 0;
-  CHECK_FALSE(f.alloc->malloc_cached(&q, 512, kS));
+  CHECK_FALSE(f.alloc->front().malloc_cached(&q, 512, kS));
   CHECK(agg(f.stats().allocation) == 0);
 }
 
@@ -386,7 +386,7 @@ TEST_CASE("threads hammer one allocator through their caches while validate() ru
       if (mine.empty() || op < 5) {
         const std::size_t size = 1 + rng() % (rng() % 8 == 0 ? 256 * KiB : 8 * KiB);
         DevicePtr p = 0;
-        if (!f.alloc->malloc_cached(&p, size, stream) && f.alloc->malloc(&p, size, stream) != kSuccess) {
+        if (!f.alloc->front().malloc_cached(&p, size, stream) && f.alloc->malloc(&p, size, stream) != kSuccess) {
           ++errors;
           continue;
         }
@@ -406,20 +406,20 @@ TEST_CASE("threads hammer one allocator through their caches while validate() ru
             handed.pop_back();
           }
         }
-        if (p != 0 && f.alloc->free_cached(p, kAnyStream) != kSuccess) ++errors;
+        if (p != 0 && f.alloc->front().free_cached(p, kAnyStream) != kSuccess) ++errors;
       } else {
         const std::size_t k = rng() % mine.size();
-        if (f.alloc->free_cached(mine[k], rng() % 4 == 0 ? stream : kAnyStream) != kSuccess) ++errors;
+        if (f.alloc->front().free_cached(mine[k], rng() % 4 == 0 ? stream : kAnyStream) != kSuccess) ++errors;
         mine[k] = mine.back();
         mine.pop_back();
       }
       if (i % 1000 == 999 && id == 0) f.alloc->empty_cache();
     }
     for (DevicePtr p : mine)
-      if (f.alloc->free_cached(p, kAnyStream) != kSuccess) ++errors;
+      if (f.alloc->front().free_cached(p, kAnyStream) != kSuccess) ++errors;
   };
   run_checked(f, kThreads, worker, errors);
-  for (DevicePtr p : handed) REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+  for (DevicePtr p : handed) REQUIRE(f.alloc->front().free_cached(p, kAnyStream) == kSuccess);
   f.alloc->validate();
   CHECK(errors.load() == 0);
   const DeviceStats s = f.stats();
@@ -439,14 +439,14 @@ namespace {
 // the thread's cache, told to the oracle first.
 void fenced_free(AllocFixture& f, ReuseOracle& oracle, DevicePtr p, std::size_t size) {
   oracle.freeing_deferred(p, size, kS);
-  REQUIRE(f.alloc->free_cached_fenced(p) == kSuccess);
+  REQUIRE(f.alloc->front().free_cached_fenced(p) == kSuccess);
   f.alloc->validate();
 }
 
 // An allocation through the cache or the allocator, checked by the oracle.
 DevicePtr checked_malloc(AllocFixture& f, ReuseOracle& oracle, std::size_t size, bool* from_cache = nullptr) {
   DevicePtr p = 0;
-  const bool cached = f.alloc->malloc_cached(&p, size, kS);
+  const bool cached = f.alloc->front().malloc_cached(&p, size, kS);
   if (!cached) REQUIRE(f.alloc->malloc(&p, size, kS) == kSuccess);
   f.alloc->validate();
   INFO(oracle.check(p, size, kS));
@@ -473,7 +473,7 @@ TEST_CASE("a fenced free waits in the thread's cache: freed for the program, reu
   CHECK(f.stats().deferred_free_bytes.current == 1024);
   CHECK(f.stats().num_deferred_frees == 1);
   // A double free is refused and changes nothing.
-  CHECK(f.alloc->free_cached_fenced(p) == kInvalidValue);
+  CHECK(f.alloc->front().free_cached_fenced(p) == kInvalidValue);
   CHECK(f.alloc->free(p) == kInvalidValue);
   f.alloc->validate();
 
@@ -530,7 +530,7 @@ TEST_CASE("a thread's fence batch grows with the threads that have caches, and s
   std::atomic<int> stage{0};
   std::thread other([&] {  // a second cache of this allocator, alive until stage 2
     const DevicePtr p = f.malloc(512, kS);
-    REQUIRE(f.alloc->free_cached(p, kAnyStream) == kSuccess);
+    REQUIRE(f.alloc->front().free_cached(p, kAnyStream) == kSuccess);
     stage = 1;
     while (stage.load() != 2) std::this_thread::yield();
   });
@@ -631,14 +631,14 @@ TEST_CASE("threads pair fenced frees through their caches while validate() runs"
       if (mine.empty() || rng() % 2 == 0) {
         const std::size_t size = 1 + rng() % (rng() % 8 == 0 ? 128 * KiB : 8 * KiB);
         DevicePtr p = 0;
-        if (!f.alloc->malloc_cached(&p, size, kS) && f.alloc->malloc(&p, size, kS) != kSuccess) {
+        if (!f.alloc->front().malloc_cached(&p, size, kS) && f.alloc->malloc(&p, size, kS) != kSuccess) {
           ++errors;
           continue;
         }
         mine.push_back(p);
       } else {
         const std::size_t k = rng() % mine.size();
-        const Status st = rng() % 3 == 0 ? f.alloc->free_cached(mine[k], kAnyStream) : f.alloc->free_cached_fenced(mine[k]);
+        const Status st = rng() % 3 == 0 ? f.alloc->front().free_cached(mine[k], kAnyStream) : f.alloc->front().free_cached_fenced(mine[k]);
         if (st != kSuccess) ++errors;
         mine[k] = mine.back();
         mine.pop_back();
@@ -646,7 +646,7 @@ TEST_CASE("threads pair fenced frees through their caches while validate() runs"
       if (i % 1000 == 999 && id == 0) f.alloc->empty_cache();
     }
     for (DevicePtr p : mine)
-      if (f.alloc->free_cached_fenced(p) != kSuccess) ++errors;
+      if (f.alloc->front().free_cached_fenced(p) != kSuccess) ++errors;
   };
   run_checked(f, kThreads, worker, errors);
   f.alloc->validate();
