@@ -12,6 +12,12 @@
 // pointer, no context), or refuse (double free, interior pointer).  The
 // driver route's answers are the driver's CUresult.  Pinned host memory has
 // its own room, host_ops.h.
+//
+// What it may touch: the context registry (whose a pointer is, the current
+// context's state) and, through it, each context's CachingAllocator by its
+// public calls and its Front's hot halves (core/front.h); the free policy
+// (free_policy.h), capture and stream tracking, tags, process state, and
+// the real driver only to make an owner current or to pass a call on.
 #pragma once
 
 #include "context_registry.h"
