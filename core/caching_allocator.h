@@ -21,12 +21,11 @@
 // until the next request takes it again (reuse_path.cpp).
 //
 // Rooms: the allocator owns a Front (front.h: the per-thread caches and
-// their hand-over), and keeps the pools, segments, the policy and the
-// blocks that wait (events, fences, retiring runs, owner tokens) itself.
-// What it may touch: everything below and the backend; of the front only
-// its core's side (front.h), with this allocator's lock held.  Its
-// invariants are block.h's (checked by validate(), validate.h) and those
-// written beside the members below.
+// their hand-over) and keeps the pools, segments, the policy and the blocks
+// that wait (events, fences, retiring runs, owner tokens).  It may touch
+// everything below and the backend; of the front only its core's side,
+// with this allocator's lock held.  Invariants: block.h's (checked by
+// validate(), validate.h) and those beside the members below.
 //
 // Thread safety: every public method takes the allocator's mutex, except
 // the front's hot halves (malloc_cached / free_cached hits, front.h),
@@ -53,6 +52,7 @@
 #include "front.h"
 #include "observer.h"
 #include "size_policy.h"
+#include "address_info.h"
 #include "allocator_stats.h"
 #include "stats.h"
 #include "tag_state.h"
@@ -62,26 +62,6 @@ namespace cachalloc {
 // Thrown by validate() only (tests and debug builds); never on a client path.
 struct InvariantError : std::logic_error {
   using std::logic_error::logic_error;
-};
-
-// What the allocator knows about one address: the answer to the driver
-// calls that reveal an allocation (address ranges, pointer attributes, IPC),
-// which must describe the program's block, not the segment around it.
-struct AddressInfo {
-  // ptr lies in [block, block + requested) of an allocated block: the range
-  // the driver would report for a cuMemAlloc of `requested` bytes.  Past the
-  // requested size, and in cached or pending memory, the driver would say
-  // "not allocated".
-  bool live = false;
-  DevicePtr block = 0;
-  std::size_t requested = 0;
-  std::uint64_t id = 0;      // the allocation's serial (unique per allocator)
-  bool exported = false;
-  DevicePtr segment = 0;     // the segment (driver allocation or reservation) holding ptr
-  std::size_t segment_size = 0;
-  bool expandable = false;
-  TagId tag = kUntagged;     // the segment's tag
-  bool paused = false;       // its tag is paused (pages released)
 };
 
 class CachingAllocator {
