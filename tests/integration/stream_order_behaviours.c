@@ -657,7 +657,9 @@ static int cross_stream_server(void) {
   const double held = (double)stats().live_bytes / (double)g_server_peak;
   fprintf(stderr, "[%s] cross_stream_server: peak live %.0f MiB, held %.0f MiB (%.2fx)\n", g_route,
           (double)g_server_peak / MiB, (double)stats().live_bytes / MiB, held);
-  CHECK(on ? held < 5.0 : held > 10.0); /* measured: 2.3-2.6x, and 23-29x */
+  /* measured: 2.3-2.6x on; off 9-29x (80 runs): how many threads hold
+   * their largest blocks at once varies with the scheduling */
+  CHECK(on ? held < 5.0 : held > 6.0);
   for (int i = 0; i < kServerThreads; ++i) CHECK_CU(A->stream_destroy(t[i].s));
   return 0;
 }
