@@ -231,14 +231,19 @@ def tag_paused(tag):
 _pools = {}  # tag -> torch.cuda.MemPool (kept alive: its segments belong to the tag)
 
 
+def _torch_is_cachalloc():
+    """Whether cachalloc is PyTorch's allocator (use_with_torch())."""
+    from . import _torch_swapped
+    return _torch_swapped
+
+
 def _torch_cache_in_front():
     """Whether PyTorch's own caching allocator serves tensors above a
     preloaded cachalloc (it would mix tags in its cache: regions then
     allocate from a private torch.cuda.MemPool per tag)."""
     import sys
-    from . import _torch_swapped
     torch = sys.modules.get("torch")
-    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or _torch_swapped:
+    if torch is None or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or _torch_is_cachalloc():
         return False  # every tensor reaches cachalloc (no PyTorch cache), or the pluggable allocator
     try:
         backend = torch.cuda.memory.get_allocator_backend() if hasattr(torch.cuda.memory, "get_allocator_backend") \
@@ -246,12 +251,6 @@ def _torch_cache_in_front():
     except Exception:  # noqa: BLE001 - an old torch: assume its own allocator
         backend = "native"
     return backend == "native" and hasattr(torch.cuda, "MemPool")
-
-
-def _torch_is_cachalloc():
-    """Whether cachalloc is PyTorch's allocator (use_with_torch())."""
-    from . import _torch_swapped
-    return _torch_swapped
 
 
 def _torch_pool(tag):
