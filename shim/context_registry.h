@@ -76,8 +76,6 @@ class ContextState {
   bool multi_stream() const { return order_.multi_stream(); }
   // The live non-blocking streams (the host cache's fences cover them too).
   const StreamSet& nonblocking_streams() const { return order_.nonblocking(); }
-  // How many non-blocking streams are (as far as the hooks know) alive.
-  std::size_t nonblocking_streams_live() const { return order_.nonblocking().size(); }
 
   // Frees that arrive while a graph capture is in flight can neither record
   // an event on the legacy stream nor synchronize (either would break the
