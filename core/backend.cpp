@@ -1,5 +1,5 @@
 // backend.cpp — DeviceBackend's defaults: a fence is one event on the legacy
-// stream; cross-stream ordering and backups (host memory, copies) are not
+// stream; cross-stream ordering and marks, and backups (host memory, copies) are not
 // supported.
 #include "backend.h"
 
@@ -24,6 +24,7 @@ Status DeviceBackend::fence_synchronize(FenceId fence) { return event_synchroniz
 void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
 Status DeviceBackend::fence_join(FenceId) { return kNotSupported; }
 Status DeviceBackend::order_streams(StreamId, StreamId, EventId, StreamId*) { return kNotSupported; }
+Status DeviceBackend::mark_stream(EventId, StreamId) { return kNotSupported; }
 
 Status DeviceBackend::host_alloc(std::size_t, void** out) {
   *out = nullptr;

@@ -74,6 +74,12 @@ class DeviceBackend {
   // *unnamed set and nothing recorded, when a stream cannot be named
   // (waiter first); kNotSupported by default: no cross-stream reuse.
   virtual Status order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed);
+  // A progress mark for cross-stream reuse: records `event` on `stream`, so
+  // that event_query later shows whether the device has run the stream up
+  // to now.  The same refusals as order_streams (kNotReady during a
+  // capture, kInvalidValue for a stream it cannot name, kNotSupported by
+  // default).
+  virtual Status mark_stream(EventId event, StreamId stream);
 
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them.  A mapping starts with no

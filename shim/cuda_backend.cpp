@@ -115,6 +115,19 @@ Status CudaBackend::order_streams(StreamId waiter, StreamId donor, EventId event
   return status(CALL(cuStreamWaitEvent, w, as_event(event), 0));
 }
 
+// A steal's progress mark (core/steal_path.cpp): a plain record, refused
+// during a capture as order_streams is (a record on a capturing stream
+// would join the capture).  Another thread's per-thread stream cannot be
+// named: kInvalidValue, and the core records no mark there.
+Status CudaBackend::mark_stream(EventId event, StreamId stream) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  CUstream s = nullptr;
+  if (!to_cu_stream(stream, &s)) return kInvalidValue;
+  std::shared_lock gate(capture_gate());
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  return status(CALL(cuEventRecord, as_event(event), s));
+}
+
 CudaBackend::Fence* CudaBackend::take_fence() {
   if (spare_fences_.empty()) return new Fence;
   Fence* f = spare_fences_.back();

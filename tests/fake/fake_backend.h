@@ -125,7 +125,10 @@ class FakeBackend final : public DeviceBackend {
     ev.stream = stream;
     ev.at = ++clock_;
     ev.done = false;
-    ev.covers.clear();
+    // Its completion shows whatever the stream waited for done too
+    // (mark_done): the record runs after those waits on the device.
+    if (auto it = order_.find(stream); it != order_.end()) ev.covers = it->second;
+    else ev.covers.clear();
     if (auto_complete_) {
       mark_done(ev);
       note_fences();
@@ -248,6 +251,15 @@ class FakeBackend final : public DeviceBackend {
     }
     order_log.push_back({waiter, donor, e, ev.at, ++clock_});
     return kSuccess;
+  }
+  // A progress mark: a plain record, refused as order_streams is.
+  int mark_records = 0;
+  Status mark_stream(EventId e, StreamId stream) override {
+    if (orders_unsupported_) return kNotSupported;
+    if (unnameable_.count(stream) != 0) return kInvalidValue;
+    if (refuse_orders_ || refuse_fences_) return kNotReady;
+    ++mark_records;
+    return event_record(e, stream);
   }
   // Whether all work enqueued on `waiter` from now on runs after all work
   // enqueued on `donor` before tick t + 1 (see above).
@@ -632,12 +644,18 @@ class FakeBackend final : public DeviceBackend {
     f->events.push_back(e);
     return kSuccess;
   }
-  // Done: all work on its stream before its record has completed.
+  // Done: all work on its stream before its record has completed, and so
+  // all work of other streams that its stream had waited for by then
+  // (covers: a stream that waited on an event runs after that event's work).
   void mark_done(Event& ev) {
     ev.done = true;
     if (!ev.recorded) return;
     std::uint64_t& at = stream_done_at_[ev.stream];
     at = std::max(at, ev.at);
+    for (const auto& [s, t] : ev.covers) {
+      std::uint64_t& other = stream_done_at_[s];
+      other = std::max(other, t);
+    }
   }
   // A fence whose events are all done has shown every stream complete up to it.
   void note_fences() {
