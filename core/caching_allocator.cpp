@@ -31,6 +31,7 @@ CachingAllocator::~CachingAllocator() {
   settle_held();
   synchronize_events();
   release_all_cached();
+  drop_all_marks();
   for (EventId e : spare_events_) backend_->event_destroy(e);
   for (auto& [tag, ts] : tags_) free_backup_storage(ts);  // host buffers, backup files
   if (staging_ != nullptr) backend_->host_free(staging_);

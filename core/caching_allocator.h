@@ -349,8 +349,15 @@ class CachingAllocator {
   // work on the device.
   Block* steal_block(BlockPool& pool, std::size_t size, StreamId stream);
   Block* best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
-                            std::span<const StreamId> refused, bool whole) const;
+                            std::span<const StreamId> refused, bool whole);
   Status order_after(StreamId waiter, StreamId donor, bool* donor_refused);
+  bool idle_on_device(const Block* b);
+  void push_mark(StreamId stream, EventId recorded);
+  struct StreamMarks;
+  void drain_marks(StreamMarks& m, std::uint64_t enough);
+  void mark_progress(StreamId stream);
+  void drop_mark(StreamId stream);
+  void drop_all_marks();
   Block* take_stolen(BlockPool& pool, Block* block, StreamId stream);
   bool unorderable(StreamId stream) const;
 
@@ -507,8 +514,12 @@ class CachingAllocator {
   Block* make_block();
   void drop_block(Block* block);
 
-  BlockPool small_pool_{true};
-  BlockPool large_pool_{false};
+  // Stamps blocks entering a bin (Block::bin_stamp) and moves on at each
+  // donor mark (steal_path.cpp), so that a mark recorded at clock c covers
+  // exactly the blocks its stream's bins received before it.
+  std::uint64_t bin_clock_ = 1;  // (from 1: a done_covers of 0 covers nothing)
+  BlockPool small_pool_{true, &bin_clock_};
+  BlockPool large_pool_{false, &bin_clock_};
   LiveMap live_;                                 // allocated blocks (and held_) by address
   // The last freed block, left unmerged with its free successor because the
   // next request is likely to carve exactly it out again (reuse_path.cpp).
@@ -563,6 +574,22 @@ class CachingAllocator {
   // shim's pseudo-stream of plain allocations): never donors nor takers.
   // One or two entries.
   std::vector<StreamId> unorderable_;
+  // Per stream, how far the device is known to have run it
+  // (steal_path.cpp): its free blocks stamped no later than `done_covers`
+  // are idle, and any stream may take them with no wait.  Pending marks,
+  // oldest first: events recorded on the stream when bin_clock_ read
+  // `covers` (a steal's order, or a mark at a miss), not yet seen complete;
+  // each covers more than the one before.  A ring: no heap call per mark.
+  struct StreamMarks {
+    static constexpr unsigned kMax = 8;
+    std::uint64_t done_covers = 0;
+    unsigned head = 0;   // the oldest pending mark
+    unsigned count = 0;  // pending marks
+    EventId event[kMax] = {};
+    std::uint64_t covers[kMax] = {};
+    unsigned at(unsigned i) const { return (head + i) % kMax; }
+  };
+  std::unordered_map<StreamId, StreamMarks> stream_marks_;
   std::size_t deferred_bytes_limit_ = 0;
   // Blocks whose last use nothing could bound (no event recorded, and the
   // device synchronization failed too): each holds one pending count until

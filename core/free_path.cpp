@@ -99,6 +99,7 @@ Status CachingAllocator::retire_stream(StreamId stream) {
   // No other stream takes its blocks from now on (steal_path.cpp).
   for (BlockPool* pool : {&small_pool_, &large_pool_})
     if (StreamBins* bins = pool->blocks.find(stream)) bins->retired = true;
+  drop_mark(stream);
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     for (Block* b : pool->blocks.on_stream(stream)) {
       if (!record_pending_event(b, stream)) {

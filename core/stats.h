@@ -104,6 +104,9 @@ struct SharedStats {
   // stream made to wait on the device for that stream's work instead of
   // the cache growing (core/steal_path.cpp, cross_stream_reuse).
   std::int64_t num_cross_stream_reuses = 0;
+  // Of those, the ones that needed no wait: the device had already run the
+  // donor stream past the block's free (a donor mark seen complete).
+  std::int64_t num_idle_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
   // Bytes the program freed that graph captures still hold (owner_ledger.cpp):
   // counted as allocated too, since the graphs still use them.

@@ -19,6 +19,24 @@
 // else: the event is recorded at the steal, not at every free, so the
 // cached pair's path is untouched (bench/callgrind-pair.sh).
 //
+// Idle reuse.  That wait orders B after all of A's queued work, not only
+// after the block's last use: on a GPU (docs/BENCHMARKS.md section 8) a
+// server's threads then ran in each other's shadow, at 0.7-0.9x CUDA's
+// pool's requests/s.  CUDA's pool first reuses a block whose free the
+// device has already passed (cudaMemPoolReuseAllowOpportunistic), with no
+// dependency at all.  So the event of a steal stays as one of A's *marks*
+// (a ring of up to StreamMarks::kMax per stream), and the blocks entering
+// bins are stamped with a clock that each mark moves on (Block::bin_stamp,
+// bin_clock_): once a mark of A is seen complete (queried oldest first,
+// then remembered as done_covers), every block stamped before it is idle
+// on the device and any stream takes it with no order and no driver call
+// but the query (idle_on_device; num_idle_cross_stream_reuses).  Idle
+// blocks are preferred over smaller busy ones: both are memory the cache
+// already holds, and only the busy one costs a wait.  Measured on an H200:
+// with blocks lent (cross_stream_reuse:blocks) 92 % of steals were idle;
+// with whole segments, which a stream frees just before another needs
+// them, 1-2 %, and the waits remain what bounds the server's speed.
+//
 // Why it is safe.  A free block in A's bins is one that A's own next
 // request may reuse at once: every rule that puts it there (a free on A,
 // the events of the other streams that used it completed, a fence over it
@@ -56,14 +74,16 @@
 //    hence segments by default.
 //
 // Never:
-//  * while a graph capture is in flight: the backend refuses (kNotReady).
-//    A record on a capturing stream would join the capture, and a wait on
-//    an event recorded outside it breaks it; the shim refuses during any
-//    capture, as it refuses fences;
+//  * an order while a graph capture is in flight: the backend refuses
+//    (kNotReady), as it refuses marks.  A record on a capturing stream
+//    would join the capture, and a wait on an event recorded outside it
+//    breaks it; the shim refuses during any capture, as it refuses fences.
+//    (An idle block needs neither, and may move: the device is past every
+//    use of it);
 //  * from a stream that is being or was destroyed (StreamBins::retired,
 //    set by retire_stream): no event can be recorded on it, and a stream
 //    created later with the same handle may hold blocks there in its own
-//    order.  The mark ends when that handle's own miss reaches here;
+//    order.  The flag ends when that handle's own miss reaches here;
 //  * from or for a stream the backend cannot name (unorderable_: the
 //    shim's pseudo-stream of plain cuMemAlloc blocks, whose requests cannot
 //    wait on one stream); another thread's per-thread stream is covered by
@@ -85,9 +105,10 @@ constexpr int kWholeSearchVisits = 64;
 }  // namespace
 
 // A block of another stream for `size` bytes (already rounded) on `stream`,
-// out of its bin and ordered after its stream's work, or nullptr.  Each
-// failed attempt costs at most the two calls of order_after; a donor the
-// backend cannot name is passed over for the next best.
+// out of its bin and safe there, or nullptr: idle on the device (no wait),
+// else ordered after its stream's work.  Each failed attempt costs at most
+// the two calls of order_after; a donor the backend cannot name is passed
+// over for the next best.
 Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId stream) {
   if (!steals_possible_ || serving_tag_ != kUntagged) return nullptr;
   // A miss on a handle a destroyed stream had: a live stream has it now.
@@ -100,6 +121,11 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
     Block* b = best_fit_elsewhere(pool, size, stream, refused, true);
     if (b == nullptr && lend) b = best_fit_elsewhere(pool, size, stream, refused, false);
     if (b == nullptr) return nullptr;
+    if (idle_on_device(b)) {
+      ++stats_.num_idle_cross_stream_reuses;
+      mark_progress(b->stream);
+      return take_stolen(pool, b, stream);
+    }
     bool donor_refused = false;
     const Status st = order_after(stream, b->stream, &donor_refused);
     if (st == kSuccess) return take_stolen(pool, b, stream);
@@ -112,10 +138,16 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
 // The best fit for `size` among the free blocks of every other stream's
 // bins (untagged) that may give one: `whole`, the smallest whole free
 // segment that can move; else the smallest block, and of two that size a
-// whole segment.
+// whole segment.  A block idle on the device (idle_on_device) comes first,
+// whatever its size: it costs no wait, and whichever is taken, the memory
+// is already the cache's.
 Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
-                                            std::span<const StreamId> refused, bool whole) const {
+                                            std::span<const StreamId> refused, bool whole) {
   Block* best = nullptr;
+  Block* best_idle = nullptr;
+  const auto better = [](const Block* b, const Block* than) {
+    return than == nullptr || b->size < than->size || (b->size == than->size && than->is_split() && !b->is_split());
+  };
   pool.blocks.for_each_stream([&](const StreamBins* bins) {
     const StreamId s = bins->stream();
     if (s == stream || bins->count() == 0 || bins->retired || unorderable(s) ||
@@ -128,16 +160,17 @@ Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t s
                                          })
                      : bins->best_fit(size);
     if (b == nullptr || !split_rules_allow(b, size)) return;
-    if (best == nullptr || b->size < best->size || (b->size == best->size && best->is_split() && !b->is_split()))
-      best = b;
+    if (better(b, best)) best = b;
+    if (better(b, best_idle) && idle_on_device(b)) best_idle = b;
   });
-  return best;
+  return best_idle != nullptr ? best_idle : best;
 }
 
 // Orders all work enqueued on `waiter` from now on after all work enqueued
-// on `donor` so far: one pooled event, recorded there and waited for here
-// (recycled at once: the wait holds the record it saw).  *donor_refused:
-// the backend cannot name `donor`.
+// on `donor` so far: one pooled event, recorded there and waited for here.
+// The event then stays as the donor's mark (the wait holds the record it
+// saw): once it completes, the donor's blocks freed before it are idle on
+// the device.  *donor_refused: the backend cannot name `donor`.
 Status CachingAllocator::order_after(StreamId waiter, StreamId donor, bool* donor_refused) {
   Status st = kSuccess;
   const EventId event = acquire_event(&st);
@@ -148,8 +181,88 @@ Status CachingAllocator::order_after(StreamId waiter, StreamId donor, bool* dono
     *donor_refused = unnamed == donor;
     unorderable_.push_back(unnamed);
   }
-  recycle_event(event);
-  return st;
+  if (st != kSuccess) {
+    recycle_event(event);
+    return st;
+  }
+  push_mark(donor, event);
+  return kSuccess;
+}
+
+// `recorded` (recorded on `stream` just now) becomes the stream's newest
+// pending mark, covering every block its bins hold now.  With kMax marks
+// pending after the completed ones left, it takes the newest's place: the
+// older ones still show progress first, and the newest covers the most.
+void CachingAllocator::push_mark(StreamId stream, EventId recorded) {
+  StreamMarks& m = stream_marks_[stream];
+  if (m.count == StreamMarks::kMax) drain_marks(m, ~std::uint64_t{0});
+  if (m.count == StreamMarks::kMax) recycle_event(m.event[m.at(--m.count)]);
+  const unsigned slot = m.at(m.count++);
+  m.event[slot] = recorded;
+  m.covers[slot] = bin_clock_++;
+}
+
+// Pending marks that completed leave the ring, oldest first (a stream
+// completes them in record order), until one is not complete or
+// done_covers reaches `enough`.  One query per mark looked at.
+void CachingAllocator::drain_marks(StreamMarks& m, std::uint64_t enough) {
+  while (m.count != 0 && m.done_covers < enough && backend_->event_query(m.event[m.head]) == kSuccess) {
+    m.done_covers = m.covers[m.head];
+    recycle_event(m.event[m.head]);
+    m.head = m.at(1);
+    --m.count;
+  }
+}
+
+// A mark on `stream` now (one event record, no wait), after an idle steal
+// from it: the blocks it frees from then on become idle for the next
+// steal too.  Without it, a stream that gave only idle memory would keep
+// its last mark for ever.  (Marking every stream at every steal, so that
+// all of them keep up, measured no faster on the GPU and cost 4x the
+// driver calls per free: docs/BENCHMARKS.md section 8.)
+void CachingAllocator::mark_progress(StreamId stream) {
+  if (unorderable(stream)) return;
+  Status st = kSuccess;
+  const EventId event = acquire_event(&st);
+  if (st != kSuccess) return;
+  if (backend_->mark_stream(event, stream) != kSuccess) {
+    recycle_event(event);
+    return;
+  }
+  push_mark(stream, event);
+}
+
+// Whether the device has run everything that could still use free block
+// `b` of another stream: a mark of its stream recorded after the block
+// entered its bin (stamp <= covers) was seen complete.  Marks are queried
+// only while one of them could cover the block.  Whatever put the block
+// in its bin made it safe in its stream's order (top of this file); a
+// completed mark recorded on that stream later shows that order run past
+// the block's last use, so any stream may take it at once.  An error other
+// than not-ready counts as not complete: the caller orders instead.
+bool CachingAllocator::idle_on_device(const Block* b) {
+  auto it = stream_marks_.find(b->stream);
+  if (it == stream_marks_.end()) return false;
+  StreamMarks& m = it->second;
+  if (b->bin_stamp <= m.done_covers) return true;
+  if (m.count == 0 || m.covers[m.at(m.count - 1)] < b->bin_stamp) return false;  // no mark covers it
+  drain_marks(m, b->bin_stamp);
+  return b->bin_stamp <= m.done_covers;
+}
+
+// A stream that is going away leaves no marks (its handle may come back
+// as another stream, whose blocks its stamps do not cover anyway).
+void CachingAllocator::drop_mark(StreamId stream) {
+  auto it = stream_marks_.find(stream);
+  if (it == stream_marks_.end()) return;
+  for (unsigned i = 0; i < it->second.count; ++i) recycle_event(it->second.event[it->second.at(i)]);
+  stream_marks_.erase(it);
+}
+
+void CachingAllocator::drop_all_marks() {
+  for (auto& [stream, m] : stream_marks_)
+    for (unsigned i = 0; i < m.count; ++i) recycle_event(m.event[m.at(i)]);
+  stream_marks_.clear();
 }
 
 // The stolen block out of its bin: a whole segment moves to `stream`, any
