@@ -105,7 +105,7 @@ struct SharedStats {
   // the cache growing (core/steal_path.cpp, cross_stream_reuse).
   std::int64_t num_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
-  // Bytes the program freed that graph captures still hold (owner_ledger.cpp):
+  // Bytes the program freed that graph captures still hold (ledger_owners.cpp):
   // counted as allocated too, since the graphs still use them.
   Stat capture_held_bytes;
 
