@@ -26,8 +26,8 @@
 // flush), find_freed / free_found / defer_live (a free its cache does not
 // take, free_path.h, free_path.cpp).  Of the ledger (ledger.h), through the
 // core: enqueue_deferred (a hand-over), note_fence and fence_batch_min (its
-// fences' cost and batch).  Nothing else: pools, segments and the blocks
-// that wait are the core's and the ledger's.
+// fences' cost and batch).  Nothing else: pools and segments are the
+// core's, the blocks that wait the ledger's.
 //
 // What may touch it.  The program's side (the shim, through
 // CachingAllocator::front()) calls the public hot halves; the core calls
