@@ -49,8 +49,7 @@ Status CachingAllocator::malloc(DevicePtr* out, std::size_t size, StreamId strea
 }
 
 Status CachingAllocator::malloc_held(DevicePtr* out, std::size_t size, StreamId stream) {
-  if (out != nullptr && size != 0 && size <= kMaxRequestSize && pending_count_ == 0 &&
-      unsynced_.empty()) [[likely]] {
+  if (out != nullptr && size != 0 && size <= kMaxRequestSize && ledger_.idle()) [[likely]] {
     const std::size_t rounded = round_size(size, config_);
     if (Block* block = reuse_held(pool_for(is_small_request(rounded)), rounded, size, stream)) [[likely]] {
       *out = block->ptr;
@@ -86,7 +85,7 @@ Status CachingAllocator::notify_alloc_unlock(Block* block, StreamId stream) {
   // Blocks parked behind events (cross-stream frees) come back first, as in
   // PyTorch: one query per stream with parked blocks.  Fences of deferred
   // frees are looked at only on a miss (obtain_block).
-  if (pending_count_ != 0 || !unsynced_.empty()) [[unlikely]] process_events();
+  if (!ledger_.idle()) [[unlikely]] ledger_.process_events();
 
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
@@ -114,7 +113,7 @@ Status CachingAllocator::malloc_tagged(DevicePtr* out, std::size_t size, StreamI
     report_oom(size, size, stream);
     return kOutOfMemory;
   }
-  if (pending_count_ != 0 || !unsynced_.empty()) process_events();
+  if (!ledger_.idle()) ledger_.process_events();
   const std::size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
   Status err = kSuccess;
@@ -144,13 +143,17 @@ Block* CachingAllocator::malloc_miss(BlockPool& pool, std::size_t size, std::siz
 
 Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamId stream, Status* err) {
   if (Block* b = take_free_block(pool, size, stream)) [[likely]] return b;
-  // Deferred frees whose fences completed come back before we grow.
-  if (reclaim_pending(size))
+  // Deferred frees whose fences completed come back before we grow; then
+  // waiting frees are joined, or the oldest fences waited for
+  // (ledger_fences.cpp).
+  if (ledger_.reclaim_pending(size))
     if (Block* b = take_free_block(pool, size, stream)) return b;
-  if (deferred_ != nullptr || !fences_.empty()) [[unlikely]]
-    if (Block* b = join_waiting(pool, size, stream)) return b;
-  if (!fences_.empty()) [[unlikely]]
-    if (Block* b = wait_for_fenced(pool, size, stream)) return b;
+  if (ledger_.any_deferred()) [[unlikely]] {
+    if (ledger_.join_for(pool.small, size))
+      if (Block* b = take_free_block(pool, size, stream)) return b;
+    while (ledger_.wait_oldest_fence(size))
+      if (Block* b = take_free_block(pool, size, stream)) return b;
+  }
   // Before growing: a block another stream freed, this stream made to wait
   // for that stream's work on the device (two driver calls, no host wait).
   // Before the front caches too: flushing every thread's cache at every
@@ -160,8 +163,8 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
   // (Their fenced frees join the deferred list: worth a join.)
   if (front_.any() && front_.flush(false)) {
     if (Block* b = take_free_block(pool, size, stream)) return b;
-    if (deferred_ != nullptr)
-      if (Block* b = join_waiting(pool, size, stream)) return b;
+    if (ledger_.deferred_unfenced() && ledger_.join_for(pool.small, size))
+      if (Block* b = take_free_block(pool, size, stream)) return b;
     if (Block* b = steal_block(pool, size, stream)) return b;
   }
   if (config_.garbage_collection_threshold > 0.0) collect_garbage();
@@ -170,7 +173,7 @@ Block* CachingAllocator::obtain_block(BlockPool& pool, std::size_t size, StreamI
   if (release_one_cached(segment_size_for(size)))
     if (Block* b = grow(pool, size, stream, true, err)) return b;
   if (*err != kOutOfMemory) return nullptr;
-  synchronize_events();
+  ledger_.synchronize();
   release_all_cached();
   // The flush may have merged blocks on this stream into one that fits.
   if (Block* b = take_free_block(pool, size, stream)) return b;

@@ -18,16 +18,16 @@
 //                                                         owner_held, tc_cached (adopt),
 //                                                         tc_waiting (free_deferred_adopt)
 //   owner_held  live map; freed by the program, held     allocated (release_owner, which then
-//               for its owner token (owner_ledger.cpp)    frees it behind a fence)
+//               for its owner token (ledger_owners.cpp)   frees it behind a fence)
 //   tc_out      live map and its cache's out set:        tc_cached (give), tc_waiting
 //               handed out by a thread cache              (give_fenced), allocated (detach)
 //   tc_cached   live map and its cache's bins            tc_out (take), detached (disown)
 //   tc_waiting  live map and its cache's waiting list    tc_cached (fence completed),
 //               or behind one of its fences               detached (disown: to the deferred list)
-//   pending     event queues (pending_) or unsynced_     free (events completed), pending
-//                                                         (one more event)
-//   deferred    deferred_ or a fence batch (fences_)     free (fence completed), pending
-//                                                         (no fence: unsynced_)
+//   pending     the ledger's event queues or unsynced_   free (events completed), pending
+//               (ledger.h)                                (one more event)
+//   deferred    the ledger's deferred list or a fence    free (fence completed), pending
+//               batch                                     (no fence: unsynced_)
 //   retained    nowhere (after an IPC export)            spare (segment released)
 //   unmapped    nowhere (expandable: no pages)           detached (grow maps it), spare
 //                                                         (merged, reservation released)
@@ -53,10 +53,11 @@
 //    Retained blocks of expandable segments stay mapped until the context
 //    dies.
 //  * A block's pending_events is exactly the number of entries naming it in
-//    the lists of waiting frees (event queues, unsynced, the deferred list,
-//    fence batches): more than 0 when pending, exactly 1 when deferred, 0
-//    otherwise; and those lists name only blocks of live segments (blocks
-//    are recycled: a stale entry would complete the next new block early).
+//    the ledger's lists of waiting frees (ledger.h: event queues, unsynced,
+//    the deferred list, fence batches): more than 0 when pending, exactly 1
+//    when deferred, 0 otherwise; and those lists name only blocks of live
+//    segments (blocks are recycled: a stale entry would complete the next
+//    new block early).
 //  * No two neighbouring blocks are both free: free() merges them.
 //  * Every block of a segment carries the segment's stream and pool; a free
 //    block is reused on another stream only after that stream was made to
@@ -76,7 +77,7 @@
 //    of a mapped block may be released (paused[i]: handles[i] == 0, the
 //    block stays mapped in its phase); such pages count in no reserved
 //    bytes, and resume maps exactly them again.
-//  * Owner-held blocks (owner_ledger.cpp): in the live map, listed in
+//  * Owner-held blocks (ledger_owners.cpp): in the live map, listed in
 //    exactly their owner token's ledger entry, and their bytes sum to
 //    capture_held_bytes.
 #pragma once
@@ -176,14 +177,14 @@ struct alignas(64) Block {
   std::uint64_t bin_stamp = 0;
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
   // Links of the free-block bin (free_index.h) while free; of the
-  // deferred-free list or a fence's batch while deferred (fence_path.cpp);
+  // deferred-free list or a fence's batch while deferred (ledger_fences.cpp);
   // of a thread cache's bin or waiting list while tc_cached / tc_waiting.
   Block* free_prev = nullptr;
   Block* free_next = nullptr;
   // Thread-owned (tc_* phases, thread_cache.h): the owning thread's cache,
   // set and cleared under the allocator's and that cache's locks.
   ThreadCache* tc = nullptr;
-  // Owner tokens (owner_ledger.cpp): `owner` is the token of the graph
+  // Owner tokens (ledger_owners.cpp): `owner` is the token of the graph
   // captures in flight when the block was allocated (0: none); while that
   // token's ledger entry lives, the program's free holds the block for it
   // (owner_held) instead of freeing it.  A held block stays allocated for

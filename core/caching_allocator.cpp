@@ -1,7 +1,8 @@
 // caching_allocator.cpp — construction, the locked public entry points,
 // lookups, statistics and snapshots.  The algorithms live in
 // allocation_path.cpp, free_path.cpp and release_path.cpp (malloc() and
-// free() too, beside the paths they run inline).
+// free() too, beside the paths they run inline), and in the rooms: the
+// front (front_path.cpp) and the ledger (ledger_*.cpp).
 #include "caching_allocator.h"
 
 #include <algorithm>
@@ -9,7 +10,8 @@
 namespace cachalloc {
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config, int device)
-    : front_(*this, config), backend_(backend), config_(config), device_(device) {
+    : front_(*this, config), backend_(backend), config_(config), device_(device),
+      ledger_(*this, backend, config, stats_) {
   std::size_t free_bytes = 0;
   if (backend_->mem_info(&free_bytes, &device_total_) != kSuccess) device_total_ = 0;
   allowed_bytes_ = static_cast<std::size_t>(config_.per_process_memory_fraction *
@@ -19,7 +21,7 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, const Config& config,
   // least 256 MiB) before a free records a fence by itself: a loop over a
   // few large buffers then fences every few frees instead of growing the
   // cache by a segment per free.
-  deferred_bytes_limit_ = std::max<std::size_t>(256 * MiB, allowed_bytes_ / 64);
+  ledger_.set_deferred_bytes_limit(std::max<std::size_t>(256 * MiB, allowed_bytes_ / 64));
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -29,7 +31,7 @@ CachingAllocator::~CachingAllocator() {
   front_.orphan();
   std::lock_guard lock(mutex_);
   settle_held();
-  synchronize_events();
+  ledger_.synchronize();
   release_all_cached();
   drop_all_marks();
   for (EventId e : spare_events_) backend_->event_destroy(e);
@@ -98,6 +100,62 @@ Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) {
   return kSuccess;
 }
 
+// ------------------------------------------------------------ owner tokens
+// The lookups of the owner tokens' entry points; the ledger keeps the
+// tokens and their blocks (ledger_owners.cpp says what holding means).
+
+void CachingAllocator::open_owner(std::uint64_t token) {
+  std::lock_guard lock(mutex_);
+  ledger_.open_owner(token);
+}
+
+Status CachingAllocator::hold_for(DevicePtr ptr, std::uint64_t token) {
+  std::lock_guard lock(mutex_);
+  ledger_.open_owner(token);
+  settle_held();
+  Block* block = find_live(ptr);
+  if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
+  if (block->tc != nullptr && (block = front_.detach(block)) == nullptr) return kInvalidValue;
+  if (block->phase() == BlockPhase::owner_held) return kInvalidValue;
+  // `token` replaces an older owner: the shim passes a token whose
+  // captures include that owner's live ones (owner_of, graph_owners.h).
+  block->owner = token;
+  ledger_.hold_for_owner(block);  // (its entry is open: held)
+  notify(TraceKind::free, block->ptr, block->size, block->stream);
+  return kSuccess;
+}
+
+Status CachingAllocator::mark_owner(DevicePtr ptr, std::uint64_t token) {
+  std::lock_guard lock(mutex_);
+  ledger_.open_owner(token);
+  Block* block = find_live(ptr);
+  if (block == nullptr) return inside_segment(ptr) ? kInvalidValue : kNotOwned;
+  if (block->tc != nullptr && (block = front_.detach(block)) == nullptr) return kInvalidValue;
+  if (block->owner == 0) block->owner = token;
+  return kSuccess;
+}
+
+std::size_t CachingAllocator::release_owner(std::uint64_t token) {
+  std::lock_guard lock(mutex_);
+  std::size_t bytes = 0;
+  for (Block* b : ledger_.release_owner(token, &bytes)) defer_live(b);  // behind a fence over all the context's work
+  return bytes;
+}
+
+std::uint64_t CachingAllocator::owner_of(DevicePtr ptr) const {
+  std::lock_guard lock(mutex_);
+  const Block* block = find_live(ptr);
+  if (block == nullptr || block->owner == 0 || !ledger_.owner_open(block->owner)) return 0;
+  return block->owner;
+}
+
+std::size_t CachingAllocator::owner_held_bytes() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<std::size_t>(stats_.capture_held_bytes.current);
+}
+
+// ------------------------------------------------------------------ lookups
+
 bool CachingAllocator::owns(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   return inside_segment(ptr);
@@ -113,7 +171,7 @@ void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   front_.flush(false);
   settle_held();  // the held block's segment may be whole once merged
-  synchronize_events();
+  ledger_.synchronize();
   release_all_cached();
   notify(TraceKind::empty_cache, 0, 0, 0);
 }
@@ -122,9 +180,15 @@ void CachingAllocator::empty_tag_cache(TagId tag) {
   if (tag == kUntagged) return;
   std::lock_guard lock(mutex_);
   settle_held();
-  synchronize_events();  // the tag's frees waiting on events come back first
+  ledger_.synchronize();  // the tag's frees waiting on events come back first
   unmap_all_free_pages(&tag);
   notify(TraceKind::empty_cache, 0, 0, 0);
+}
+
+void CachingAllocator::reclaim() {
+  std::lock_guard lock(mutex_);
+  front_.flush(false);  // memory pressure: idle threads' blocks count as releasable
+  ledger_.reclaim();
 }
 
 void CachingAllocator::set_tag_memory_margin(std::size_t bytes) {

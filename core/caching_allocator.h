@@ -10,7 +10,7 @@
 // free neighbours, or — when other streams used it — parks it until events
 // recorded on those streams complete.  free_deferred() (a free with no
 // stream, in a program with several) batches blocks behind one fence for
-// all streams (fence_path.cpp).
+// all streams (ledger_fences.cpp).
 //
 // The common case reads like mimalloc's: a cached malloc is a bin lookup
 // (free_index.h) and a split, a free a hash-table erase (live_map.h) and a
@@ -21,11 +21,13 @@
 // until the next request takes it again (reuse_path.cpp).
 //
 // Rooms: the allocator owns a Front (front.h: the per-thread caches and
-// their hand-over) and keeps the pools, segments, the policy and the blocks
-// that wait (events, fences, retiring runs, owner tokens).  It may touch
-// everything below and the backend; of the front only its core's side,
-// with this allocator's lock held.  Invariants: block.h's (checked by
-// validate(), validate.h) and those beside the members below.
+// their hand-over) and a Ledger (ledger.h: every block that waits — on
+// events, fences, a device synchronization, an owner token — and retiring
+// runs), and keeps the pools, segments and the policy.  It may touch
+// everything below and the backend; of the front only its core's side, of
+// the ledger only its public section, with this allocator's lock held.
+// Invariants: block.h's (checked by validate(), validate.h), the rooms'
+// and those beside the members below.
 //
 // Thread safety: every public method takes the allocator's mutex, except
 // the front's hot halves (malloc_cached / free_cached hits, front.h),
@@ -33,14 +35,12 @@
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend.h"
@@ -50,6 +50,7 @@
 #include "config.h"
 #include "fast_mutex.h"
 #include "front.h"
+#include "ledger.h"
 #include "observer.h"
 #include "size_policy.h"
 #include "address_info.h"
@@ -143,10 +144,10 @@ class CachingAllocator {
   // completion is checked when the cache misses.  Once more than
   // Config::fence_wait_max bytes (and 20 frees) wait, the free joins them:
   // reusable at once, later work ordered after them on the device
-  // (fence_path.cpp, bound_waiting).  Never synchronizes.
+  // (ledger_fences.cpp, bound_waiting).  Never synchronizes.
   Status free_deferred(DevicePtr ptr);
   // Bytes that may wait for a fence before one is recorded at the free.
-  std::size_t deferred_bytes_limit() const { return deferred_bytes_limit_; }
+  std::size_t deferred_bytes_limit() const { return ledger_.deferred_bytes_limit(); }
 
   // Marks a live block as used on `stream`: its free will wait for that stream.
   Status record_stream(DevicePtr ptr, StreamId stream);
@@ -191,7 +192,7 @@ class CachingAllocator {
   // the program still holds when the context dies.
   std::vector<DevicePtr> live_block_addresses() const;
 
-  // Owner tokens (owner_ledger.cpp): graph captures own the blocks freed
+  // Owner tokens (ledger_owners.cpp): graph captures own the blocks freed
   // or allocated while they are in flight, as PyTorch's private pools do,
   // until every graph and executable graph made from them is gone (the
   // shim's graph registry, shim/graph_owners.h, issues the tokens).
@@ -254,11 +255,7 @@ class CachingAllocator {
  private:
   friend class Validator;  // validate.h: one named check per invariant
   friend class Front;      // front.h says what of the core it may touch
-
-  struct PendingEvent {
-    EventId event;
-    Block* block;
-  };
+  friend class Ledger;     // ledger.h likewise
 
   Status malloc_locked(DevicePtr* out, std::size_t size, StreamId stream);
   // malloc() beyond the held block's reuse, and its trace event: they take
@@ -274,6 +271,7 @@ class CachingAllocator {
   Status free_found(Block* block, std::span<const StreamId> fence_streams);
   Status free_locked(DevicePtr ptr, std::span<const StreamId> fence_streams);
   void free_used_elsewhere(Block* block, std::span<const StreamId> fence_streams);
+  Status defer_live(Block* block);  // free_deferred after its lookup
   // (The held block keeps its entry but is not allocated.  Inline: every free.)
   Block* find_live(DevicePtr ptr) const {
     Block* b = live_.find(ptr);
@@ -332,17 +330,12 @@ class CachingAllocator {
   }
   void merge_held();
 
-  // Returning blocks (free_path.cpp).
+  // Returning blocks (free_path.cpp).  deactivate: the ledger's one entry
+  // back, for a block whose wait is over.
   void deactivate(Block* block);
   void return_to_pool(Block* block);
   std::size_t try_merge(Block* dst, Block* src, BlockPool& pool);
-  void park_until(Block* block, std::span<const StreamId> streams);
-  bool record_pending_event(Block* block, StreamId stream);
   void reactivate(Block* block);
-  bool process_events();
-  void synchronize_events();
-  bool wait_event(EventId event);
-  bool settle_unsynced();
 
   // Cross-stream reuse (steal_path.cpp): before the cache grows, another
   // stream's free block, the requesting stream ordered after the donor's
@@ -366,7 +359,6 @@ class CachingAllocator {
   void free_segment(Segment* seg);
   void release_if_idle(Segment* seg);
   void retain(Block* block);
-  bool hold_for_owner_locked(Block* block);  // owner_ledger.cpp
   bool release_one_cached(std::size_t size);
   void release_all_cached();
   void collect_garbage();
@@ -416,18 +408,7 @@ class CachingAllocator {
   Status set_access_of_mapped(int peer, bool enable);
   void unmap_pages(Segment* seg, DevicePtr at, std::size_t bytes);
   Block* split_off_front(Block* b, std::size_t bytes);
-  // release_remap (remap_release.cpp): a run detached from its free block,
-  // still mapped at old_at; handle 0 once it is owned at its new address.
-  struct DetachedRun {
-    DevicePtr old_at;
-    std::size_t bytes;
-    MemHandle handle;
-  };
-  // Old addresses of runs mapped again elsewhere, unmapped once `fence` completes.
-  struct RetiringRuns {
-    FenceId fence;
-    std::vector<std::pair<Segment*, DetachedRun>> runs;
-  };
+  // release_remap (remap_release.cpp; DetachedRun and RetiringRuns: ledger.h).
   bool retiring_block(const Block* b) const;
   bool runs_fit(const Block* b, std::size_t page) const;
   // release_remap's choice of donor blocks for one grow (plan_remap).
@@ -459,33 +440,8 @@ class CachingAllocator {
   std::size_t unmappable_bytes(const Segment* seg) const;
   std::size_t absorb(Block* dst, Block* src);
 
-  // Fences for deferred frees (fence_path.cpp).
-  void defer(Block* block);
-  void enqueue_deferred(Block* block);
-  void bound_waiting();
-  bool reclaim_pending(std::size_t size);
-  bool issue_fence();
-  bool poll_fences();
-  Block* wait_for_fenced(BlockPool& pool, std::size_t size, StreamId stream);
-  Block* join_waiting(BlockPool& pool, std::size_t size, StreamId stream);
-  bool join_fences();
-  struct FenceBatch;
-  void retire_fence(FenceBatch f);
-  void wait_fences();
-  void flush_deferred();
-  void complete_batch(Block* blocks);
-  Status defer_live(Block* block);  // free_deferred after its lookup
-  // About 20 frees per event of a fence, so that recording and querying it
-  // cost at most ~0.1 driver calls per free; but at most 160 frees: with
-  // PyTorch's pool of ~128 non-blocking streams alive a fence takes 129
-  // events, and batches of 2,580 frees held back gigabytes (measured:
-  // docs/BENCHMARKS.md).  Memory wins over the call budget there.
-  static constexpr std::size_t kFreesPerFenceEvent = 20;
-  std::size_t fence_batch_min() const {
-    return kFreesPerFenceEvent * static_cast<std::size_t>(events_per_fence_ < 8 ? events_per_fence_ : 8);
-  }
-
-  // Events from a pool, not created per free.
+  // Events from a pool, not created per free (free_path.cpp): the ledger's
+  // and the steal path's (order_after).
   EventId acquire_event(Status* err);
   void recycle_event(EventId event);
 
@@ -539,31 +495,8 @@ class CachingAllocator {
   std::map<DevicePtr, Segment*> segments_;       // by base, for range lookups
   std::vector<Segment*> expandable_;             // expandable segments (also in segments_)
   std::size_t mapped_high_water_ = 0;            // the most bytes expandable segments had mapped
-  // release_remap: old addresses of runs mapped again elsewhere, unmapped
-  // once their fence completes (remap_release.cpp), oldest first.
-  std::deque<RetiringRuns> retiring_;
-  // Per stream, in record order.  Entries are kept when their queue empties
-  // (one per stream that ever waited), so parking a block allocates nothing.
-  std::unordered_map<StreamId, std::deque<PendingEvent>> pending_;
-  std::size_t pending_count_ = 0;                // events in all queues
-  // Deferred frees (free_deferred) not yet behind a fence, linked through
-  // Block::free_next; then batches behind fences, oldest first.
-  struct FenceBatch {
-    FenceId fence;
-    Block* blocks;
-    std::size_t count;
-    std::size_t bytes;
-  };
-  Block* deferred_ = nullptr;
-  std::size_t deferred_count_ = 0;
-  std::size_t deferred_bytes_ = 0;               // of the blocks in that list
-  std::deque<FenceBatch> fences_;
-  std::size_t fenced_count_ = 0;                 // blocks behind fences
-  std::size_t fenced_bytes_ = 0;                 // and their bytes
-  int events_per_fence_ = 1;                     // the last fence's cost (driver calls)
-  // Whether misses may join fences (fence_join, and the backend can: a
-  // kNotSupported answer clears it for good).
-  bool joins_possible_ = config_.fence_join;
+  // Every block that waits, and release_remap's retiring runs (ledger.h).
+  Ledger ledger_;
   // Whether misses may take other streams' free blocks (cross_stream_reuse,
   // and the backend can order streams: kNotSupported clears it for good).
   // Whole segments only (the default) find none with expandable segments,
@@ -578,8 +511,9 @@ class CachingAllocator {
   // (steal_path.cpp): its free blocks stamped no later than `done_covers`
   // are idle, and any stream may take them with no wait.  Pending marks,
   // oldest first: events recorded on the stream when bin_clock_ read
-  // `covers` (a steal's order, or a mark at a miss), not yet seen complete;
-  // each covers more than the one before.  A ring: no heap call per mark.
+  // `covers` (a steal's order, or a mark after an idle steal), not yet seen
+  // complete; each covers more than the one before.  A ring: no heap call
+  // per mark.
   struct StreamMarks {
     static constexpr unsigned kMax = 8;
     std::uint64_t done_covers = 0;
@@ -590,11 +524,6 @@ class CachingAllocator {
     unsigned at(unsigned i) const { return (head + i) % kMax; }
   };
   std::unordered_map<StreamId, StreamMarks> stream_marks_;
-  std::size_t deferred_bytes_limit_ = 0;
-  // Blocks whose last use nothing could bound (no event recorded, and the
-  // device synchronization failed too): each holds one pending count until
-  // a device synchronization succeeds.
-  std::vector<Block*> unsynced_;
   std::vector<EventId> spare_events_;
   AllocatorStats stats_;  // read as DeviceStats through stats_.get()
   AllocatorObserver* observer_ = nullptr;
@@ -617,10 +546,6 @@ class CachingAllocator {
   // Physical handles a failed driver call left unreleased: released at the
   // next pause, resume or destruction (never lost).
   std::vector<MemHandle> orphans_;
-  // Owner tokens' ledger (owner_ledger.cpp): per open token, the blocks held
-  // for it (Block::owner_held), each listed once; their bytes are
-  // stats_.capture_held_bytes.current.  Checked by validate().
-  std::unordered_map<std::uint64_t, std::vector<Block*>> owners_;
   bool accumulated_reset_ = false;  // validate() can check allocated - freed == current until then
 };
 

@@ -63,7 +63,7 @@ struct Config {
   FreeSync free_sync = FreeSync::automatic;
   // A miss that would grow the cache while freed blocks wait behind fences
   // that could serve it orders all later work after the fences instead
-  // (cuCtxWaitEvent; core/fence_path.cpp, join_waiting) and reuses them.
+  // (cuCtxWaitEvent; core/ledger_fences.cpp, join_for) and reuses them.
   bool fence_join = true;
   // Cross-stream reuse (core/steal_path.cpp): a miss that would grow the
   // cache takes another stream's freed memory instead, its stream made to
@@ -76,7 +76,7 @@ struct Config {
   CrossStream cross_stream_reuse = CrossStream::segments;
   // The most bytes of plain frees that may wait behind fences: once more
   // wait (and at least 20 frees, so that the two driver calls of a join
-  // stay at 0.1 per free), the free itself joins them (core/fence_path.cpp,
+  // stay at 0.1 per free), the free itself joins them (core/ledger_fences.cpp,
   // bound_waiting).  kUnlimited: only misses join.
   // By default 256 MiB with classic segments and 128 MiB with expandable
   // ones (parse_config picks the second when expandable_segments:true and

@@ -184,7 +184,7 @@ Block* CachingAllocator::grow_expandable(BlockPool& pool, std::size_t size, Stre
   if (is_retry) ++stats_.num_alloc_retries;
   Segment* seg = expandable_for(pool, stream, err);
   if (seg == nullptr) return nullptr;
-  if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
+  if (ledger_.retiring()) [[unlikely]] retire_remapped(false);
   // (named variables, not a structured binding: the lambda below captures
   // them, which C++20 compilers before clang 16 refuse for bindings)
   Block* u = nullptr;
@@ -348,7 +348,7 @@ std::vector<std::pair<std::size_t, Block*>> CachingAllocator::unmappable_free_bl
 
 // `only`: the free pages and empty reservations of that tag alone.
 void CachingAllocator::unmap_all_free_pages(const TagId* only) {
-  if (!retiring_.empty()) retire_remapped(true);  // (release_remap's old addresses)
+  if (ledger_.retiring()) retire_remapped(true);  // (release_remap's old addresses)
   auto free_blocks = unmappable_free_blocks();
   if (only != nullptr) std::erase_if(free_blocks, [&](const auto& f) { return f.second->segment->tag != *only; });
   // A free block's pages may still be used by work its stream enqueued
@@ -394,7 +394,7 @@ void CachingAllocator::release_before_new_peak(std::size_t bytes) {
   if (free_runs.empty() || !device_idle_for_unmap()) return;
   // (the device is idle: old addresses of remapped runs go now, so that a
   // run unmapped below frees its memory before the grow maps fresh pages)
-  if (!retiring_.empty()) [[unlikely]] retire_remapped(false);
+  if (ledger_.retiring()) [[unlikely]] retire_remapped(false);
   std::sort(free_runs.begin(), free_runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   ++stats_.num_peak_releases;
   // (unmapping one block leaves the whole runs of the others as they were)

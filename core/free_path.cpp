@@ -2,9 +2,11 @@
 //
 // A block freed on its own stream, with no other stream recorded, goes back
 // at once: later work on that stream is ordered after the program's last
-// use.  Otherwise it is parked: one event per other stream, and the block
-// returns to its pool (merged with free neighbours) only when all of them
-// have completed.  Events are queried lazily, at the next malloc.
+// use.  Otherwise it is parked in the ledger (ledger_events.cpp): one event
+// per other stream, and the block returns here (deactivate, merged with
+// free neighbours) only when all of them have completed.  A free with no
+// stream (free_deferred) waits in the ledger for a fence
+// (ledger_fences.cpp).
 #include <algorithm>
 #include <vector>
 
@@ -43,53 +45,25 @@ void CachingAllocator::free_used_elsewhere(Block* block, std::span<const StreamI
   if (wait_on.empty()) {
     deactivate(block);
   } else {
-    park_until(block, wait_on);
+    ledger_.park_until(block, wait_on);
   }
 }
 
-void CachingAllocator::park_until(Block* block, std::span<const StreamId> streams) {
-  CACHALLOC_ASSERT(block->phase() == BlockPhase::detached && block->pending_events == 0,
-                   "a parked block was just freed and waits for nothing yet");
-  for (StreamId s : streams) {
-    if (record_pending_event(block, s)) {
-      if (block->phase() != BlockPhase::pending) set_phase(*block, BlockPhase::pending);
-      continue;
-    }
-    // Without an event we cannot tell when `s` is done with the block:
-    // wait for the whole device instead, which covers every stream.
-    const bool had_events = block->pending_events > 0;
-    if (backend_->synchronize_device() != kSuccess) {
-      // Nothing bounds the block's last use: parked until a device
-      // synchronization succeeds (settle_unsynced), never reused early.
-      ++block->pending_events;
-      if (block->phase() != BlockPhase::pending) set_phase(*block, BlockPhase::pending);
-      unsynced_.push_back(block);
-      return;
-    }
-    // Into its pool before the events complete: a neighbour they free must
-    // merge with the block there, not absorb it while it is in no pool.
-    if (!had_events) deactivate(block);
-    synchronize_events();  // completes (and so deactivates) the block if it had events
-    ++stats_.num_sync_all_streams;
-    return;
-  }
-  if (block->pending_events == 0) deactivate(block);
+Status CachingAllocator::free_deferred(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  Status st = kSuccess;
+  Block* block = find_freed(ptr, &st);
+  if (block == nullptr) return st;
+  return defer_live(block);
 }
 
-// Records an event on `stream` that `block` waits for; false (and nothing
-// changed) when no event could be had or recorded.
-bool CachingAllocator::record_pending_event(Block* block, StreamId stream) {
-  Status err = kSuccess;
-  const EventId event = acquire_event(&err);
-  if (err == kSuccess) err = backend_->event_record(event, stream);
-  if (err != kSuccess) {
-    if (event != 0) recycle_event(event);
-    return false;
-  }
-  ++block->pending_events;
-  pending_[stream].push_back({event, block});
-  ++pending_count_;
-  return true;
+// The program frees `block` (live): counted, out of the live map, deferred.
+Status CachingAllocator::defer_live(Block* block) {
+  block = count_free(block);
+  if (block == nullptr) return kSuccess;  // exported: retained
+  live_.erase(block->ptr);
+  ledger_.defer(block);
+  return kSuccess;
 }
 
 Status CachingAllocator::retire_stream(StreamId stream) {
@@ -102,7 +76,7 @@ Status CachingAllocator::retire_stream(StreamId stream) {
   drop_mark(stream);
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     for (Block* b : pool->blocks.on_stream(stream)) {
-      if (!record_pending_event(b, stream)) {
+      if (!ledger_.record_pending_event(b, stream)) {
         // No event: wait for the device instead; what is still cached is
         // then safe to reuse on any stream.
         backend_->synchronize_device();
@@ -192,77 +166,6 @@ std::size_t CachingAllocator::absorb(Block* dst, Block* src) {
   dst->size += absorbed;
   drop_block(src);
   return absorbed;
-}
-
-// Completes events in record order per stream; stops at the first one not
-// done on each stream (later ones on that stream cannot be done earlier).
-// Returns whether any block became free.
-bool CachingAllocator::process_events() {
-  bool freed = settle_unsynced();
-  if (pending_count_ == 0) return freed;
-  for (auto& [stream, queue] : pending_) {
-    while (!queue.empty()) {
-      const PendingEvent& front = queue.front();
-      const Status st = backend_->event_query(front.event);
-      if (st == kNotReady) break;
-      // An error other than not-ready: wait for the event (or the device)
-      // instead; when even that fails the block stays parked.
-      if (st != kSuccess && !wait_event(front.event)) break;
-      Block* block = front.block;
-      CACHALLOC_ASSERT(block->phase() == BlockPhase::pending && block->pending_events > 0,
-                       "a completed event names a pending block (no stale entry of a recycled one)");
-      recycle_event(front.event);
-      queue.pop_front();
-      --pending_count_;
-      if (--block->pending_events == 0) {
-        deactivate(block);
-        freed = true;
-      }
-    }
-  }
-  return freed;
-}
-
-// Waits for every pending event; used before releasing memory.  An event
-// that cannot be waited for (nor the device) keeps its block parked.
-// Deferred frees are put behind a fence first, and fences waited for too.
-void CachingAllocator::synchronize_events() {
-  settle_unsynced();
-  flush_deferred();
-  wait_fences();
-  if (pending_count_ == 0) return;
-  ++stats_.num_sync_all_streams;
-  for (auto& [stream, queue] : pending_) {
-    while (!queue.empty()) {
-      const PendingEvent pe = queue.front();
-      CACHALLOC_ASSERT(pe.block->phase() == BlockPhase::pending && pe.block->pending_events > 0,
-                       "a completed event names a pending block (no stale entry of a recycled one)");
-      if (!wait_event(pe.event)) break;
-      recycle_event(pe.event);
-      queue.pop_front();
-      --pending_count_;
-      if (--pe.block->pending_events == 0) deactivate(pe.block);
-    }
-  }
-}
-
-// Waits for `event`, or for the whole device when that fails; false when
-// neither could be waited for (then nothing is known about the work).
-bool CachingAllocator::wait_event(EventId event) {
-  if (backend_->event_synchronize(event) == kSuccess) return true;
-  return backend_->synchronize_device() == kSuccess;
-}
-
-bool CachingAllocator::settle_unsynced() {
-  if (unsynced_.empty() || backend_->synchronize_device() != kSuccess) return false;
-  ++stats_.num_sync_all_streams;
-  std::vector<Block*> blocks = std::move(unsynced_);
-  unsynced_.clear();
-  for (Block* b : blocks) {
-    CACHALLOC_ASSERT(b->phase() == BlockPhase::pending && b->pending_events > 0, "an unsynced block is pending");
-    if (--b->pending_events == 0) deactivate(b);
-  }
-  return true;
 }
 
 EventId CachingAllocator::acquire_event(Status* err) {

@@ -1,7 +1,7 @@
 // free_path.h — the first steps of every free, inline: find the block the
 // program frees (one lookup per free) and count it freed.  Included by the
-// files whose frees start here: free_path.cpp (free, free_fenced),
-// fence_path.cpp (free_deferred) and front_path.cpp (the thread caches'
+// files whose frees start here: free_path.cpp (free, free_fenced,
+// free_deferred) and front_path.cpp (the thread caches'
 // locked halves), so that a free that falls through one rule to another
 // hands the block it found down instead of looking the pointer up again.
 // All three run under the allocator's lock.
@@ -22,14 +22,17 @@ namespace cachalloc {
   // not take): a plain live block from now on, or a double free.
   if (block != nullptr && block->tc != nullptr) [[unlikely]]
     if ((block = front_.detach(block)) == nullptr) *st = kInvalidValue;
-  // Owned by a capture's token (owner_ledger.cpp): held for it, or freed
+  // Owned by a capture's token (ledger_owners.cpp): held for it, or freed
   // before (a double free), or its owner is gone and it is freed as usual.
   if (block != nullptr && block->owner != 0) [[unlikely]] {
     if (block->phase() == BlockPhase::owner_held) {
       *st = kInvalidValue;
       return nullptr;
     }
-    if (hold_for_owner_locked(block)) return nullptr;
+    if (ledger_.hold_for_owner(block)) {
+      notify(TraceKind::free, block->ptr, block->size, block->stream);
+      return nullptr;
+    }
   }
   return block;
 }

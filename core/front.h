@@ -22,11 +22,12 @@
 // the core (CachingAllocator, which makes it a friend): the allocator's
 // mutex, its configuration (read only), stats_, the id counter next_id_,
 // the live map (a disowned block leaves it), the backend (its caches'
-// fences), the fence cost (events_per_fence_, fence_batch_min()), and the
-// core's entries for blocks it lets go: return_to_pool (a flush),
-// enqueue_deferred (a hand-over), find_freed / free_found / defer_live (a
-// free its cache does not take, free_path.h, fence_path.cpp).  Nothing
-// else: pools, segments and the blocks that wait are the core's.
+// fences), and the core's entries for blocks it lets go: return_to_pool (a
+// flush), find_freed / free_found / defer_live (a free its cache does not
+// take, free_path.h, free_path.cpp).  Of the ledger (ledger.h), through the
+// core: enqueue_deferred (a hand-over), note_fence and fence_batch_min (its
+// fences' cost and batch).  Nothing else: pools and segments are the
+// core's, the blocks that wait the ledger's.
 //
 // What may touch it.  The program's side (the shim, through
 // CachingAllocator::front()) calls the public hot halves; the core calls

@@ -190,10 +190,7 @@ bool Front::fence_waiting(ThreadCache* tc) {
     hand_over_held(tc, false);
     return false;
   }
-  ++core_.stats_.num_fences;
-  core_.stats_.num_fence_events += cost.events;
-  core_.stats_.num_fence_stream_queries += cost.stream_queries;
-  core_.events_per_fence_ = std::max(cost.calls(), 1);
+  core_.ledger_.note_fence(cost);
   tc->fences[(tc->fence_head + tc->fence_count) % ThreadCache::kMaxFences] = {fence, tc->waiting, tc->waiting_count};
   ++tc->fence_count;
   tc->waiting = nullptr;
@@ -203,7 +200,7 @@ bool Front::fence_waiting(ThreadCache* tc) {
   return true;
 }
 
-// Frees per thread fence, under the allocator's mutex: the allocator's fence_batch_min (20
+// Frees per thread fence, under the allocator's mutex: the ledger's fence_batch_min (20
 // per driver event), at least kMinBatch, and kMinBatch more per thread cache
 // of this allocator (up to kMaxBatchThreads = 8 of them: at 16, a batch of
 // 1,024 small blocks and the one behind its fence filled the 1 MiB cache, and
@@ -218,7 +215,7 @@ bool Front::fence_waiting(ThreadCache* tc) {
 // still bounded by the cache's bytes (fence_due: an eighth of its limit).
 std::size_t Front::thread_fence_batch() const {
   const std::size_t threads = std::clamp<std::size_t>(tcs_count_, 1, ThreadCache::kMaxBatchThreads);
-  return std::max(core_.fence_batch_min(), ThreadCache::kMinBatch * threads);
+  return std::max(core_.ledger_.fence_batch_min(), ThreadCache::kMinBatch * threads);
 }
 
 // Under the allocator's mutex, when a cache comes or goes: every cache's batch from the
@@ -287,7 +284,7 @@ std::size_t Front::hand_over_held(ThreadCache* tc, bool fenced_too) {
     for (Block* b = list; b != nullptr;) {
       Block* next = b->free_next;
       disown(tc, b);
-      core_.enqueue_deferred(b);
+      core_.ledger_.enqueue_deferred(b);
       ++n;
       b = next;
     }

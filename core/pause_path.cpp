@@ -99,7 +99,7 @@ Status CachingAllocator::pause(TagId tag, bool* no_op) {
   Status st = backend_->synchronize_device();
   if (st != kSuccess) return st;
   ++stats_.num_sync_all_streams;
-  synchronize_events();  // pending and deferred frees of the tag come back to its pools
+  ledger_.synchronize();  // pending and deferred frees of the tag come back to its pools
   if (!ts.paused) {
     if (ts.backup != BackupMode::none) {
       st = take_backup(tag, ts);
@@ -150,7 +150,7 @@ Status CachingAllocator::resume(TagId tag, bool* no_op) {
   if (st == kOutOfMemory) {
     // As a malloc's out-of-memory path: cached free memory of every other
     // tag and of untagged blocks goes back to the device first, then one retry.
-    synchronize_events();
+    ledger_.synchronize();
     release_all_cached();
     st = map_paused_pages(tag);
   }

@@ -85,14 +85,14 @@ Status CachingAllocator::release_after_context_death() {
   auto note = [&](Status st) {
     if (st != kSuccess && first_error == kSuccess) first_error = st;
   };
-  for (const RetiringRuns& r : retiring_) {  // release_remap's old addresses: their work died too
-    for (const auto& [seg, run] : r.runs) {
+  // release_remap's old addresses: their work died too.
+  while (const RetiringRuns* r = ledger_.oldest_retiring()) {
+    for (const auto& [seg, run] : r->runs) {
       note(backend_->vm_unmap(run.old_at, run.bytes));
       if (run.handle != 0) note(backend_->vm_release(run.handle));
     }
-    backend_->fence_destroy(r.fence);
+    ledger_.pop_retired();
   }
-  retiring_.clear();
   for (Segment* seg : expandable_) {
     for (std::size_t i = 0; i < seg->handles.size();) {
       const std::size_t n = std::max<std::size_t>(seg->run_pages[i], 1);

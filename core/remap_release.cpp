@@ -18,7 +18,8 @@
 //      and are marked retiring: the driver still maps them, so no grow may
 //      map there;
 //   4. once the fence completes (polled at later grows; waited for by
-//      empty_cache and teardown) the old addresses are unmapped.
+//      empty_cache and teardown) the old addresses are unmapped.  Until
+//      then the runs wait in the ledger (ledger_retiring.cpp).
 //
 // The handle then belongs to its new address: unmap_pages releases it
 // there, and the driver frees the memory once no address maps it
@@ -159,7 +160,7 @@ std::size_t CachingAllocator::remap_before_new_peak(Segment* seg, Block* u, cons
     backend_->fence_destroy(fence);
     return 0;
   }
-  retiring_.push_back(std::move(retiring));
+  ledger_.retire_after(std::move(retiring));
   ++stats_.num_peak_releases;
   if (moved != 0) {
     ++stats_.num_peak_remaps;
@@ -196,14 +197,12 @@ std::size_t CachingAllocator::remap_donors(Segment* seg, DevicePtr at, const Rem
 }
 
 // Unmaps the old addresses of remapped runs whose fence has completed
-// (wait: waits for every fence first).  A run whose new mapping failed
-// still holds its handle here, released with the old address.
+// (wait: waits for every fence first), oldest first, as the ledger hands
+// them over.  A run whose new mapping failed still holds its handle here,
+// released with the old address.
 void CachingAllocator::retire_remapped(bool wait) {
-  while (!retiring_.empty()) {
-    RetiringRuns& r = retiring_.front();
-    const Status st = wait ? backend_->fence_synchronize(r.fence) : backend_->fence_query(r.fence);
-    if (st != kSuccess) return;  // (not yet, or a failure: try again later)
-    for (auto& [seg, run] : r.runs) {
+  while (RetiringRuns* r = ledger_.retired(wait)) {
+    for (auto& [seg, run] : r->runs) {
       // (cuMemUnmap of a whole mapping fails only on a dead context, where
       // release_after_context_death takes over)
       backend_->vm_unmap(run.old_at, run.bytes);
@@ -212,9 +211,8 @@ void CachingAllocator::retire_remapped(bool wait) {
       std::fill_n(seg->retiring.begin() + static_cast<std::ptrdiff_t>(first), run.bytes / seg->page, false);
       seg->retiring_pages -= run.bytes / seg->page;
     }
-    for (auto& [seg, run] : r.runs) merge_retired(seg, run.old_at);
-    backend_->fence_destroy(r.fence);
-    retiring_.pop_front();
+    for (auto& [seg, run] : r->runs) merge_retired(seg, run.old_at);
+    ledger_.pop_retired();
   }
 }
 

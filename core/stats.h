@@ -108,7 +108,7 @@ struct SharedStats {
   // donor stream past the block's free (a donor mark seen complete).
   std::int64_t num_idle_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
-  // Bytes the program freed that graph captures still hold (owner_ledger.cpp):
+  // Bytes the program freed that graph captures still hold (ledger_owners.cpp):
   // counted as allocated too, since the graphs still use them.
   Stat capture_held_bytes;
 

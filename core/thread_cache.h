@@ -71,7 +71,7 @@
 //      cost on the hot path: the handler runs once per fork.
 //  (e) validate() checks every cache (check_thread_caches).
 //  (g) Fenced frees.  With non-blocking streams alive a plain cuMemFree is
-//      made safe by a fence (shim/free_policy.h, core/fence_path.cpp).  The
+//      made safe by a fence (shim/free_policy.h, core/ledger_fences.cpp).  The
 //      owner's cache takes those frees too (give_fenced): the block waits
 //      in the cache's `waiting` list (phase tc_waiting: freed
 //      for the program, still active in the statistics and counted in
@@ -163,7 +163,7 @@ struct alignas(64) ThreadCache {  // its own lines: written on every pair
   Fenced fences[kMaxFences] = {};  // oldest at fence_head
   std::size_t fence_head = 0;
   std::size_t fence_count = 0;
-  // Waiting frees worth a fence: the allocator's fence_batch_min (20 per
+  // Waiting frees worth a fence: the ledger's fence_batch_min (20 per
   // driver event of a fence), but at least kMinBatch, since a thread's own
   // frees are cheap to hold (small blocks, under an eighth of the cache) and
   // each fence costs a trip to the allocator's lock and a later poll.

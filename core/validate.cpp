@@ -46,7 +46,7 @@ void CachingAllocator::validate() const {
 
 void Validator::run() {
   check_thread_caches();
-  for (const auto& r : a_.retiring_)
+  for (const auto& r : a_.ledger_.retiring_)
     for (const auto& [seg, run] : r.runs) retiring_listed_[seg] += run.bytes / seg->page;
   waits_named_ = pending_references();
   walk_segments();
@@ -156,7 +156,8 @@ void Validator::check_runs_tile_pages(const Segment* seg) {
 }
 
 // release_remap (remap_release.cpp): a retiring page has no handle here (it
-// belongs to its new address), and is counted and listed.
+// belongs to its new address), and is counted and listed in the ledger
+// (ledger.h).
 void Validator::check_retiring_pages(const Segment* seg) {
   std::size_t retiring = 0;
   for (std::size_t i = 0; i < seg->retiring.size(); ++i) {

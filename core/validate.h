@@ -1,7 +1,7 @@
 // validate.h — the invariant checker's parts (validate.cpp: the walk over
 // segments and blocks; validate_lists.cpp: the lists, caches, ledger and
 // statistics), one named check per invariant of block.h, free_index.h,
-// thread_cache.h and caching_allocator.h.
+// thread_cache.h, ledger.h and caching_allocator.h.
 //
 // CachingAllocator::validate() runs every check and throws InvariantError
 // for the first that fails, its message naming the invariant:
@@ -33,8 +33,8 @@ inline void expect_at(bool ok, const char* invariant, DevicePtr at) {
   if (!ok) [[unlikely]] invariant_failed(invariant, describe_address(at));
 }
 
-// Friend of CachingAllocator; lives for one validate() call, the
-// allocator's and the thread caches' locks held.
+// Friend of CachingAllocator, Front and Ledger; lives for one validate()
+// call, the allocator's and the thread caches' locks held.
 class Validator {
  public:
   explicit Validator(const CachingAllocator& a) : a_(a) {}

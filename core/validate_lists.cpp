@@ -1,6 +1,7 @@
 // validate_lists.cpp — the invariant checker's checks beyond the block walk
-// (validate.cpp): thread caches, waiting lists, tag backups, the owner
-// ledger and the statistics recount, one named check per invariant.
+// (validate.cpp): thread caches, the ledger's lists (waiting blocks, owner
+// tokens: ledger.h), tag backups and the statistics recount, one named
+// check per invariant.
 #include <sstream>
 
 #include "validate.h"
@@ -24,11 +25,12 @@ void check_current(const StatArray& got, const StatArray& want, const char* name
 // Per block, its entries in the lists of frees waiting for something.
 std::unordered_map<const Block*, int> Validator::pending_references() const {
   std::unordered_map<const Block*, int> refs;
-  for (const auto& [stream, queue] : a_.pending_)
+  const Ledger& l = a_.ledger_;
+  for (const auto& [stream, queue] : l.pending_)
     for (const auto& pe : queue) ++refs[pe.block];
-  for (const Block* b : a_.unsynced_) ++refs[b];
-  for (const Block* b = a_.deferred_; b != nullptr; b = b->free_next) ++refs[b];
-  for (const auto& f : a_.fences_)
+  for (const Block* b : l.unsynced_) ++refs[b];
+  for (const Block* b = l.deferred_; b != nullptr; b = b->free_next) ++refs[b];
+  for (const auto& f : l.fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) ++refs[b];
   return refs;
 }
@@ -129,13 +131,14 @@ void Validator::check_pools_hold_only_segment_blocks() {
             "the pools hold only free blocks of segments", 0);
 }
 
-// The owner ledger (owner_ledger.cpp): every held block in phase owner_held,
-// in the live map, owned by and listed once in exactly its token's entry;
-// the entries' bytes are capture_held_bytes; nothing else is held.
+// The ledger's owner tokens (ledger_owners.cpp): every held block in phase
+// owner_held, in the live map, owned by and listed once in exactly its
+// token's entry; the entries' bytes are capture_held_bytes; nothing else is
+// held.
 void Validator::check_owners() {
   std::size_t listed = 0, bytes = 0;
   std::unordered_map<const Block*, int> seen;
-  for (const auto& [token, blocks] : a_.owners_)
+  for (const auto& [token, blocks] : a_.ledger_.owners_)
     for (const Block* b : blocks) {
       expect(b->phase() == BlockPhase::owner_held && b->owner == token && b->tc == nullptr &&
                  a_.live_.find(b->ptr) == b,
@@ -158,25 +161,29 @@ void Validator::check_live_map_size() {
             "the live map holds only blocks of segments", 0);
 }
 
+// (The count includes the unsynced blocks: ledger.h, idle().)
 void Validator::check_event_queues() {
+  const Ledger& l = a_.ledger_;
   std::size_t queued = 0;
-  for (const auto& [stream, queue] : a_.pending_) queued += queue.size();
-  expect_at(queued == a_.pending_count_, "the pending event count matches the queues", 0);
+  for (const auto& [stream, queue] : l.pending_) queued += queue.size();
+  expect_at(queued + l.unsynced_.size() == l.pending_count_,
+            "the pending count matches the event queues and the unsynced list", 0);
 }
 
 // The deferred list and the fence batches: their blocks deferred, their
 // counts right, and together every deferred block.
 void Validator::check_deferred_lists() {
+  const Ledger& l = a_.ledger_;
   std::size_t listed = 0, listed_bytes = 0;
-  for (const Block* b = a_.deferred_; b != nullptr; b = b->free_next) {
+  for (const Block* b = l.deferred_; b != nullptr; b = b->free_next) {
     expect(b->phase() == BlockPhase::deferred, "the deferred list and fence batches hold deferred blocks", b);
     ++listed;
     listed_bytes += b->size;
   }
-  expect_at(listed == a_.deferred_count_ && listed_bytes == a_.deferred_bytes_,
+  expect_at(listed == l.deferred_count_ && listed_bytes == l.deferred_bytes_,
             "the deferred list matches its counts", 0);
   std::size_t fenced = 0, fenced_bytes = 0;
-  for (const auto& f : a_.fences_) {
+  for (const auto& f : l.fences_) {
     std::size_t n = 0, bytes = 0;
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next, ++n) {
       expect(b->phase() == BlockPhase::deferred, "the deferred list and fence batches hold deferred blocks", b);
@@ -186,7 +193,7 @@ void Validator::check_deferred_lists() {
     fenced += n;
     fenced_bytes += bytes;
   }
-  expect_at(fenced == a_.fenced_count_ && fenced_bytes == a_.fenced_bytes_,
+  expect_at(fenced == l.fenced_count_ && fenced_bytes == l.fenced_bytes_,
             "the fenced counts match the batches", 0);
   expect_at(listed + fenced == deferred_, "every deferred block is in the deferred list or a fence batch", 0);
 }
@@ -208,8 +215,8 @@ void Validator::check_statistics() {
                 got.oversize_segments.current == recount_.oversize_segments.current,
             "the oversize counts equal their recount from the blocks", 0);
   std::size_t deferred_bytes = 0;
-  for (const Block* b = a_.deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
-  for (const auto& f : a_.fences_)
+  for (const Block* b = a_.ledger_.deferred_; b != nullptr; b = b->free_next) deferred_bytes += b->size;
+  for (const auto& f : a_.ledger_.fences_)
     for (const Block* b = f.blocks; b != nullptr; b = b->free_next) deferred_bytes += b->size;
   for (const ThreadCache* tc = a_.front_.tcs_; tc != nullptr; tc = tc->next_in_alloc) {
     for (const Block* b = tc->waiting; b != nullptr; b = b->free_next) deferred_bytes += b->size;

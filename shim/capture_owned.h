@@ -2,7 +2,7 @@
 //
 // A graph replays the addresses its capture saw, so a block allocated or
 // freed during a capture belongs to the capture (graph_owners.h): a free
-// holds the block for the capture's token (core/owner_ledger.cpp) instead of
+// holds the block for the capture's token (core/ledger_owners.cpp) instead of
 // making it reusable, whatever free_sync says, and an allocation marks the
 // block with the token, so that its free after the capture is held too
 // while a graph made from it lives.

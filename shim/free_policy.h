@@ -10,7 +10,7 @@
 //            event on the legacy stream (ordering every blocking stream,
 //            per-thread default streams included) and one on each live
 //            non-blocking stream, recorded for a batch of frees when the
-//            cache misses (core/fence_path.cpp, CudaBackend::fence_record).
+//            cache misses (core/ledger_fences.cpp, CudaBackend::fence_record).
 //   auto   — stream while the driver orders all the context's work in one
 //            sequence (the legacy stream and at most one blocking stream:
 //            ContextState::multi_stream), else fence (device under
@@ -70,7 +70,7 @@ inline Status free_by_rule(ContextState& ctx, DevicePtr ptr, FreeRule rule) {
     case FreeRule::stream:
       return ctx.allocator().free(ptr);
     case FreeRule::fence:
-      // Batched behind a fence on every stream (core/fence_path.cpp,
+      // Batched behind a fence on every stream (core/ledger_fences.cpp,
       // CudaBackend::fence_record): no driver call here.
       return ctx.allocator().free_deferred(ptr);
     case FreeRule::device:

@@ -4,7 +4,7 @@
 // A CUDA graph replays the addresses its capture saw.  Blocks the program
 // allocated or freed during a capture belong to that capture (PyTorch's
 // private pools): the core holds them for an owner *token*
-// (core/owner_ledger.cpp) until the shim releases it.  This registry issues
+// (core/ledger_owners.cpp) until the shim releases it.  This registry issues
 // the tokens and counts what keeps each one alive:
 //
 //   * the capture itself, while it is in flight;

@@ -33,7 +33,7 @@
 //     legacy stream (ordered after every blocking stream, per-thread ones
 //     included) plus one on each busy non-blocking stream (cuda_backend.cpp).
 // (3) Frees during a capture are held for the capture's graphs (issue 34
-//     item 2: core/owner_ledger.cpp, graph_owners.h, capture_owned.h), so
+//     item 2: core/ledger_owners.cpp, graph_owners.h, capture_owned.h), so
 //     every block reusable at once was freed before the earliest capture in
 //     flight in this context began, and a stream noted later in the
 //     capture need only be ordered after work enqueued before the begin.

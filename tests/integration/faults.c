@@ -387,7 +387,7 @@ static int mem_alloc_async(void) {
 /* Allocates and frees 2 rounds of 32 kept 1 MiB blocks (so the cache misses
  * and fences get recorded); *reused says whether p was handed out again. */
 /* 128 MiB kept allocated (freed by finish()): more than the churn below
- * frees, so a miss grows rather than waits for a fence (wait_for_fenced
+ * frees, so a miss grows rather than waits for a fence (wait_oldest_fence
  * waits only while more bytes wait than are allocated), and the cases see
  * their fences pending. */
 static int ballast(void) { return alloc_expect(128 * MiB, CUDA_SUCCESS, NULL); }

@@ -338,7 +338,7 @@ static int join_orders_later_work(void) {
   CHECK_CU(A->mem_free(p));
   CHECK_CU(A->mem_alloc(&q, 12 * MiB));
   if (!joins) {
-    /* p only after a host wait for its fence (wait_for_fenced) */
+    /* p only after a host wait for its fence (wait_oldest_fence) */
     CHECK(q != p || stats().event_sync > s0.event_sync);
     CHECK(stats().ctx_wait_event == s0.ctx_wait_event);
   } else {

@@ -98,7 +98,7 @@ TEST_CASE("a fence over a busy non-blocking stream is not complete until that st
   f.backend.add_nonblocking_stream(kIdleA);
   f.backend.add_nonblocking_stream(kBusy, /*busy=*/true);
   // As many bytes stay allocated as will wait: a miss grows instead of
-  // waiting for the fence (wait_for_fenced).
+  // waiting for the fence (wait_oldest_fence).
   std::vector<DevicePtr> live;
   for (int i = 0; i < 40; ++i) live.push_back(f.malloc(2 * MiB));
   const std::vector<DevicePtr> blocks = defer_blocks(f, 40, 2 * MiB);

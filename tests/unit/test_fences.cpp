@@ -1,5 +1,5 @@
 // test_fences.cpp — free_deferred: frees with no stream behind batched fences
-// (core/fence_path.cpp).  Every step is followed by validate() (the fixture).
+// (core/ledger_fences.cpp).  Every step is followed by validate() (the fixture).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -44,7 +44,7 @@ TEST_CASE("a miss records one fence once enough frees wait, and reclaims them wh
   std::vector<DevicePtr> blocks, live;
   for (int i = 0; i < 40; ++i) blocks.push_back(f.malloc(2 * MiB));
   // As many bytes stay allocated as will wait: the miss below does not wait
-  // for the fence (wait_for_fenced), it grows.
+  // for the fence (wait_oldest_fence), it grows.
   for (int i = 0; i < 40; ++i) live.push_back(f.malloc(2 * MiB));
   const int segments = f.backend.alloc_calls;
   for (DevicePtr p : blocks) free_deferred(f, p);
@@ -286,7 +286,7 @@ TEST_CASE("double and foreign deferred frees are refused and change nothing") {
 }
 
 // ---------------------------------------------------------------- joins
-// (fence_path.cpp, join_waiting): a miss that would grow while waiting frees
+// (ledger_fences.cpp, join_for): a miss that would grow while waiting frees
 // could serve it orders later work after their fence and reuses them at once.
 
 namespace {
@@ -495,7 +495,7 @@ TEST_CASE("a loop of large plain frees with a busy side stream stays at its live
 }
 
 // ---------------------------------------------------------------- the byte bound
-// (fence_path.cpp, bound_waiting): past fence_wait_max waiting bytes, and
+// (ledger_fences.cpp, bound_waiting): past fence_wait_max waiting bytes, and
 // with 20 frees waiting, the free itself joins them.
 
 TEST_CASE("past fence_wait_max a free joins the waiting frees: reusable at once, at most 0.1 calls per free") {

@@ -1,4 +1,4 @@
-// test_owner_ledger.cpp — blocks held for an owner token (core/owner_ledger.cpp):
+// test_owner_ledger.cpp — blocks held for an owner token (core/ledger_owners.cpp):
 // what a graph capture's frees and allocations become.  validate() runs
 // after every step (the fixtures).
 #include <catch2/catch.hpp>

@@ -1,4 +1,5 @@
-// fence_path.cpp — frees with no stream, made safe by batched fences.
+// ledger_fences.cpp — frees with no stream, made safe by batched fences
+// (the ledger's deferred frees, ledger.h).
 //
 // A plain cuMemFree promises that the memory is safe to reuse whatever any
 // stream still does with it; the driver keeps that promise by synchronizing
@@ -20,32 +21,35 @@
 // up.
 //
 // States: a deferred block is neither allocated nor free — pending_events
-// is 1 and `deferred` is set — while it sits in deferred_ (not yet behind a
-// fence) or in a FenceBatch (behind one); both lists link through
-// Block::free_next.  Completion clears both and returns it to its pool.
+// is 1 and its phase is deferred — while it sits in deferred_ (not yet
+// behind a fence) or in a FenceBatch (behind one); both lists link through
+// Block::free_next.  Completion clears both and returns it to its pool
+// (CachingAllocator::deactivate).  The allocator's side of a deferred free
+// (the lookup, the statistics of the free) is free_path.cpp's free_deferred.
 #include <algorithm>
 
-#include "free_path.h"
+#include "caching_allocator.h"
 
 namespace cachalloc {
 
-Status CachingAllocator::free_deferred(DevicePtr ptr) {
-  std::lock_guard lock(mutex_);
-  Status st = kSuccess;
-  Block* block = find_freed(ptr, &st);
-  if (block == nullptr) return st;
-  return defer_live(block);
+void Ledger::defer(Block* block) {
+  block->stream_uses.clear();  // the fence covers every stream
+  enqueue_deferred(block);
+  ++stats_.num_deferred_frees;
+  stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
+  if (deferred_bytes_ + fenced_bytes_ > fence_wait_max_ || deferred_bytes_ > deferred_bytes_limit_) [[unlikely]]
+    bound_waiting();
 }
 
-// The program frees `block` (live): counted, out of the live map, deferred.
-Status CachingAllocator::defer_live(Block* block) {
-  block = count_free(block);
-  if (block == nullptr) return kSuccess;  // exported: retained
-  live_.erase(block->ptr);
-  defer(block);
-  if (deferred_bytes_ + fenced_bytes_ > config_.fence_wait_max || deferred_bytes_ > deferred_bytes_limit_) [[unlikely]]
-    bound_waiting();
-  return kSuccess;
+void Ledger::enqueue_deferred(Block* block) {
+  CACHALLOC_ASSERT(block->pending_events == 0 && block->tc == nullptr,
+                   "a block enters the deferred list waiting for nothing else, owned by no thread cache");
+  set_phase(*block, BlockPhase::deferred);
+  ++block->pending_events;
+  block->free_next = deferred_;
+  deferred_ = block;
+  ++deferred_count_;
+  deferred_bytes_ += block->size;
 }
 
 // More than fence_wait_max bytes of frees wait: the free joins them (one
@@ -64,50 +68,26 @@ Status CachingAllocator::defer_live(Block* block) {
 // possible (no cuCtxWaitEvent, fence_join:false, a capture) a fence is
 // recorded at the free once the frees not yet behind one pass
 // deferred_bytes_limit(), to be reclaimed by a later miss.
-void CachingAllocator::bound_waiting() {
+void Ledger::bound_waiting() {
   const std::size_t waiting = deferred_bytes_ + fenced_bytes_;
-  const bool amortized = deferred_count_ + fenced_count_ >= config_.fence_join_frees || waiting / 4 > config_.fence_wait_max;
-  if (waiting > config_.fence_wait_max && amortized && joins_possible_ && backend_->fence_join_supported() &&
-      join_fences())
+  const bool amortized = deferred_count_ + fenced_count_ >= fence_join_frees_ || waiting / 4 > fence_wait_max_;
+  if (waiting > fence_wait_max_ && amortized && joins_possible_ && backend_->fence_join_supported() && join_fences())
     return;
   if (deferred_bytes_ > deferred_bytes_limit_) issue_fence();
 }
 
-void CachingAllocator::defer(Block* block) {
-  block->stream_uses.clear();  // the fence covers every stream
-  enqueue_deferred(block);
-  ++stats_.num_deferred_frees;
-  stats_.deferred_free_bytes.increase(static_cast<std::int64_t>(block->size));
-}
-
-// Into the deferred list (its statistics are the caller's: defer() counts a
-// new deferred free, a thread cache's hand-over merged its own already).
-void CachingAllocator::enqueue_deferred(Block* block) {
-  CACHALLOC_ASSERT(block->pending_events == 0 && block->tc == nullptr,
-                   "a block enters the deferred list waiting for nothing else, owned by no thread cache");
-  set_phase(*block, BlockPhase::deferred);
-  ++block->pending_events;
-  block->free_next = deferred_;
-  deferred_ = block;
-  ++deferred_count_;
-  deferred_bytes_ += block->size;
-}
-
-// On a cache miss for `size` bytes: blocks whose events or fences completed
-// come back; a fence is recorded when the deferred list is worth one.
-// Returns whether any block became free.
-//
-// "Worth one": a full batch (fence_batch_min), or — when the fence has many
-// events (many non-blocking streams alive) — 20 frees holding at least
-// `size` bytes.  Without the second case such a program grows its cache
-// while gigabytes of freed memory wait behind no fence at all, and what
-// grows is kept for good; programs synchronize often (a loss read back
-// every step), so a fence recorded at the miss often completes at once and
-// serves the request.  The miss would otherwise grow the cache, a driver
-// call that costs as much as tens of event records.
-bool CachingAllocator::reclaim_pending(std::size_t size) {
+// "Worth one" (a fence at a miss for `size` bytes): a full batch
+// (fence_batch_min), or — when the fence has many events (many
+// non-blocking streams alive) — 20 frees holding at least `size` bytes.
+// Without the second case such a program grows its cache while gigabytes
+// of freed memory wait behind no fence at all, and what grows is kept for
+// good; programs synchronize often (a loss read back every step), so a
+// fence recorded at the miss often completes at once and serves the
+// request.  The miss would otherwise grow the cache, a driver call that
+// costs as much as tens of event records.
+bool Ledger::reclaim_pending(std::size_t size) {
   bool freed = false;
-  if (pending_count_ != 0 || !unsynced_.empty()) freed = process_events();
+  if (!idle()) freed = process_events();
   const bool full_batch = deferred_count_ >= fence_batch_min();
   const bool saves_growth = deferred_count_ >= kFreesPerFenceEvent && deferred_bytes_ >= size;
   // (A fence that could not be recorded synchronizes instead and frees the
@@ -121,7 +101,7 @@ bool CachingAllocator::reclaim_pending(std::size_t size) {
 // recorded now (a capture is in flight): the blocks keep waiting.  When the
 // backend fails, the device is synchronized instead, and if even that fails
 // the blocks wait for a later synchronization (unsynced_).
-bool CachingAllocator::issue_fence() {
+bool Ledger::issue_fence() {
   if (deferred_ == nullptr) return false;
   FenceId fence = 0;
   DeviceBackend::FenceCost cost;
@@ -134,10 +114,7 @@ bool CachingAllocator::issue_fence() {
   deferred_count_ = 0;
   deferred_bytes_ = 0;
   if (st == kSuccess) [[likely]] {
-    ++stats_.num_fences;
-    stats_.num_fence_events += cost.events;
-    stats_.num_fence_stream_queries += cost.stream_queries;
-    events_per_fence_ = std::max(cost.calls(), 1);
+    note_fence(cost);
     fences_.push_back({fence, batch, count, bytes});
     fenced_count_ += count;
     fenced_bytes_ += bytes;
@@ -148,22 +125,34 @@ bool CachingAllocator::issue_fence() {
     complete_batch(batch);
     return true;
   }
-  // Nothing bounds these blocks' last use: parked until a synchronization
-  // succeeds (settle_unsynced), never reused early.
+  unsynced_batch(batch);
+  return true;
+}
+
+void Ledger::note_fence(const DeviceBackend::FenceCost& cost) {
+  ++stats_.num_fences;
+  stats_.num_fence_events += cost.events;
+  stats_.num_fence_stream_queries += cost.stream_queries;
+  events_per_fence_ = std::max(cost.calls(), 1);
+}
+
+// Nothing bounds the last use of a batch whose fence could not be recorded
+// nor the device synchronized: parked until a synchronization succeeds
+// (settle_unsynced), never reused early.
+void Ledger::unsynced_batch(Block* batch) {
   for (Block* b = batch; b != nullptr;) {
     Block* next = b->free_next;
     b->free_next = nullptr;
     set_phase(*b, BlockPhase::pending);  // (its one pending count now stands for unsynced_)
     stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
-    unsynced_.push_back(b);
+    park_unsynced(b);
     b = next;
   }
-  return true;
 }
 
 // Completes fences oldest first; a fence recorded later completes later on
 // every stream, so the first one not done ends the walk.
-bool CachingAllocator::poll_fences() {
+bool Ledger::poll_fences() {
   bool freed = false;
   while (!fences_.empty()) {
     const FenceBatch f = fences_.front();
@@ -182,7 +171,7 @@ bool CachingAllocator::poll_fences() {
 // Waits for every fence (before memory is released, or given up as out of
 // memory).  A fence that cannot be waited for, nor the device, keeps its
 // blocks waiting.
-void CachingAllocator::wait_fences() {
+void Ledger::wait_fences() {
   while (!fences_.empty()) {
     const FenceBatch f = fences_.front();
     if (backend_->fence_synchronize(f.fence) != kSuccess && backend_->synchronize_device() != kSuccess) return;
@@ -192,7 +181,7 @@ void CachingAllocator::wait_fences() {
 
 // The oldest fence, complete: its blocks go back to their pools.
 // (By value: callers pass fences_.front(), which the pop below destroys.)
-void CachingAllocator::retire_fence(FenceBatch f) {
+void Ledger::retire_fence(FenceBatch f) {
   fences_.pop_front();
   fenced_count_ -= f.count;
   fenced_bytes_ -= f.bytes;
@@ -202,7 +191,8 @@ void CachingAllocator::retire_fence(FenceBatch f) {
 
 // A miss about to grow the cache while more bytes wait behind fences than
 // the program has allocated waits for the oldest fences instead, until a
-// block fits or that is no longer so.  Without this the cache grows by all
+// block fits or that is no longer so (the allocator's obtain_block asks
+// again after each).  Without this the cache grows by all
 // the memory the program frees while the host runs ahead of the device —
 // in a PyTorch loop with a side stream, gigabytes beyond PyTorch's own peak
 // (docs/BENCHMARKS.md) — and what grows is kept for good.  The wait is on
@@ -210,16 +200,15 @@ void CachingAllocator::retire_fence(FenceBatch f) {
 // work enqueued after it keeps the device busy meanwhile, so a loop bound
 // by the device loses nothing; the host is held to a lead of about the
 // program's live bytes.  (Never during a capture: the backend refuses.)
-Block* CachingAllocator::wait_for_fenced(BlockPool& pool, std::size_t size, StreamId stream) {
-  while (!fences_.empty() && fenced_bytes_ >= size &&
-         fenced_bytes_ > static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current)) {
-    const FenceBatch f = fences_.front();
-    if (backend_->fence_synchronize(f.fence) != kSuccess) return nullptr;
-    ++stats_.num_fence_waits;
-    retire_fence(f);
-    if (Block* b = take_free_block(pool, size, stream)) return b;
-  }
-  return nullptr;
+bool Ledger::wait_oldest_fence(std::size_t size) {
+  if (fences_.empty() || fenced_bytes_ < size ||
+      fenced_bytes_ <= static_cast<std::size_t>(stats_.allocated_bytes[StatType::aggregate].current))
+    return false;
+  const FenceBatch f = fences_.front();
+  if (backend_->fence_synchronize(f.fence) != kSuccess) return false;
+  ++stats_.num_fence_waits;
+  retire_fence(f);
+  return true;
 }
 
 // A miss about to grow the cache while waiting frees could serve it: one
@@ -244,23 +233,22 @@ Block* CachingAllocator::wait_for_fenced(BlockPool& pool, std::size_t size, Stre
 // still merge with free neighbours into a block that fits (measured on the
 // side-stream program: peak 5.2-5.6 GiB when joins needed the bytes, against
 // 4.70 for PyTorch's own allocator).  fence_join:false turns joins off (host waits for the
-// oldest fence instead, wait_for_fenced).
-Block* CachingAllocator::join_waiting(BlockPool& pool, std::size_t size, StreamId stream) {
-  if (!joins_possible_) return nullptr;
-  if (pool.small && (deferred_count_ + fenced_count_ < config_.fence_join_frees || deferred_bytes_ + fenced_bytes_ < size))
-    return nullptr;
+// oldest fence instead, wait_oldest_fence).
+bool Ledger::join_for(bool small, std::size_t size) {
+  if (!joins_possible_) return false;
+  if (small && (deferred_count_ + fenced_count_ < fence_join_frees_ || deferred_bytes_ + fenced_bytes_ < size))
+    return false;
   if (!backend_->fence_join_supported()) {  // asked before a fence is recorded for nothing
     joins_possible_ = false;
-    return nullptr;
+    return false;
   }
-  if (!join_fences()) return nullptr;
-  return take_free_block(pool, size, stream);
+  return join_fences();
 }
 
 // Puts the deferred frees behind a fence, joins the newest fence and
 // returns every fenced block to its pool.  False (nothing changed but a
 // fence recorded) when no fence can be recorded or joined now.
-bool CachingAllocator::join_fences() {
+bool Ledger::join_fences() {
   if (deferred_ != nullptr && !issue_fence()) return false;
   if (fences_.empty()) return true;  // the fence failed and the device was synchronized instead
   const Status st = backend_->fence_join(fences_.back().fence);
@@ -273,29 +261,23 @@ bool CachingAllocator::join_fences() {
   return true;
 }
 
-void CachingAllocator::reclaim() {
-  std::lock_guard lock(mutex_);
-  front_.flush(false);  // memory pressure: idle threads' blocks count as releasable
+void Ledger::reclaim() {
   flush_deferred();
   poll_fences();
-  if (pending_count_ != 0 || !unsynced_.empty()) process_events();
-}
-
-void CachingAllocator::flush_deferred() {
-  if (deferred_ != nullptr) issue_fence();
+  if (!idle()) process_events();
 }
 
 // The blocks of a completed fence go back to their pools.  Each block's
 // successor is read before the block is returned: returning it relinks it
 // into a bin (and may absorb free neighbours, never a deferred one).
-void CachingAllocator::complete_batch(Block* blocks) {
+void Ledger::complete_batch(Block* blocks) {
   for (Block* b = blocks; b != nullptr;) {
     Block* next = b->free_next;
     b->free_next = nullptr;
     CACHALLOC_ASSERT(b->phase() == BlockPhase::deferred && b->pending_events == 1,
                      "a fenced block waits for its fence alone");
     stats_.deferred_free_bytes.decrease(static_cast<std::int64_t>(b->size));
-    if (--b->pending_events == 0) deactivate(b);
+    if (--b->pending_events == 0) core_.deactivate(b);
     b = next;
   }
 }
