@@ -62,7 +62,7 @@
 //  * Every block of a segment carries the segment's stream and pool; a free
 //    block is reused on another stream only after that stream was made to
 //    wait on the device for an event recorded on the block's stream, or once
-//    an event recorded there after the block entered its bin (bin_stamp) was
+//    an event recorded there after the block became free (gc_stamp) was
 //    seen complete (steal_path.cpp); the steal then either moves the whole
 //    segment to it or lends the block, recording the borrower in
 //    stream_uses until its free.
@@ -170,11 +170,10 @@ struct alignas(64) Block {
   int pending_events = 0;      // entries naming it in the lists of waiting frees (pending, deferred)
   bool exported = false;       // an IPC handle describes it (while allocated)
   std::uint64_t id = 0;        // allocation serial (while allocated), unique per allocator
-  std::uint64_t gc_stamp = 0;  // pool's lookup count when the block became free
-  // The allocator's bin clock when the block last entered a bin: a donor
-  // mark of its stream covering this stamp, once complete, shows the device
-  // done with every earlier use (steal_path.cpp, idle reuse).
-  std::uint64_t bin_stamp = 0;
+  // Its pool's lookup count when it last became free (entered a bin, or was
+  // held): garbage collection's age, and the clock of cross-stream marks
+  // (steal_path.cpp, idle reuse), which move the count on.
+  std::uint64_t gc_stamp = 0;
   std::vector<StreamId> stream_uses;  // streams recorded with record_stream()
   // Links of the free-block bin (free_index.h) while free; of the
   // deferred-free list or a fence's batch while deferred (ledger_fences.cpp);

@@ -347,7 +347,7 @@ class CachingAllocator {
   bool idle_on_device(const Block* b);
   void push_mark(StreamId stream, EventId recorded);
   struct StreamMarks;
-  void drain_marks(StreamMarks& m, std::uint64_t enough);
+  void drain_marks(StreamMarks& m, int pool, std::uint64_t stamp);
   void mark_progress(StreamId stream);
   void drop_mark(StreamId stream);
   void drop_all_marks();
@@ -470,12 +470,8 @@ class CachingAllocator {
   Block* make_block();
   void drop_block(Block* block);
 
-  // Stamps blocks entering a bin (Block::bin_stamp) and moves on at each
-  // donor mark (steal_path.cpp), so that a mark recorded at clock c covers
-  // exactly the blocks its stream's bins received before it.
-  std::uint64_t bin_clock_ = 1;  // (from 1: a done_covers of 0 covers nothing)
-  BlockPool small_pool_{true, &bin_clock_};
-  BlockPool large_pool_{false, &bin_clock_};
+  BlockPool small_pool_{true};
+  BlockPool large_pool_{false};
   LiveMap live_;                                 // allocated blocks (and held_) by address
   // The last freed block, left unmerged with its free successor because the
   // next request is likely to carve exactly it out again (reuse_path.cpp).
@@ -508,19 +504,19 @@ class CachingAllocator {
   // One or two entries.
   std::vector<StreamId> unorderable_;
   // Per stream, how far the device is known to have run it
-  // (steal_path.cpp): its free blocks stamped no later than `done_covers`
-  // are idle, and any stream may take them with no wait.  Pending marks,
-  // oldest first: events recorded on the stream when bin_clock_ read
-  // `covers` (a steal's order, or a mark after an idle steal), not yet seen
-  // complete; each covers more than the one before.  A ring: no heap call
-  // per mark.
+  // (steal_path.cpp): its free blocks whose gc_stamp is below done[pool]
+  // (0 small, 1 large) are idle, and any stream may take them with no wait.
+  // Pending marks, oldest first: events recorded on the stream (a steal's
+  // order, or a mark after an idle steal) not yet seen complete, each with
+  // the pools' lookup counts it moved them on to (below): blocks stamped
+  // below them became free before the record.  A ring: no heap call per mark.
   struct StreamMarks {
     static constexpr unsigned kMax = 8;
-    std::uint64_t done_covers = 0;
+    std::uint64_t done[2] = {};
     unsigned head = 0;   // the oldest pending mark
     unsigned count = 0;  // pending marks
     EventId event[kMax] = {};
-    std::uint64_t covers[kMax] = {};
+    std::uint64_t below[kMax][2] = {};
     unsigned at(unsigned i) const { return (head + i) % kMax; }
   };
   std::unordered_map<StreamId, StreamMarks> stream_marks_;

@@ -170,9 +170,6 @@ class StreamBins {
 // only its tag's bins, so blocks of two tags never meet.
 class FreeIndex {
  public:
-  // `bin_clock` (the allocator's, steal_path.cpp) stamps every block that
-  // enters a bin: Block::bin_stamp.
-  explicit FreeIndex(const std::uint64_t* bin_clock) : bin_clock_(bin_clock) {}
   // The bins of `stream`, created on first use.
   StreamBins* bins_for(StreamId stream) {
     if (last_ != nullptr && last_->stream() == stream) [[likely]] return last_;
@@ -214,7 +211,6 @@ class FreeIndex {
     return bins == nullptr ? nullptr : bins->best_fit(size);
   }
   void insert(Block* b) {
-    b->bin_stamp = *bin_clock_;
     b->segment->bins->insert(b);
     ++count_;
   }
@@ -249,15 +245,16 @@ class FreeIndex {
   std::map<std::pair<StreamId, TagId>, std::unique_ptr<StreamBins>> by_tag_;  // tagged segments' bins
   mutable StreamBins* last_ = nullptr;
   std::size_t count_ = 0;
-  const std::uint64_t* bin_clock_;
 };
 
 // One pool (small or large): its free blocks and the garbage-collection clock.
 struct BlockPool {
-  BlockPool(bool is_small, const std::uint64_t* bin_clock) : blocks(bin_clock), small(is_small) {}
+  explicit BlockPool(bool is_small) : small(is_small) {}
   FreeIndex blocks;           // free blocks, best fit per stream
   const bool small;
-  std::uint64_t lookups = 0;  // take_free_block calls: the clock garbage collection ages blocks by
+  // take_free_block calls (with garbage collection on) and cross-stream
+  // marks (steal_path.cpp): the clock of Block::gc_stamp.
+  std::uint64_t lookups = 0;
 };
 
 }  // namespace cachalloc

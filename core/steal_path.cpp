@@ -25,12 +25,14 @@
 // pool's requests/s.  CUDA's pool first reuses a block whose free the
 // device has already passed (cudaMemPoolReuseAllowOpportunistic), with no
 // dependency at all.  So the event of a steal stays as one of A's *marks*
-// (a ring of up to StreamMarks::kMax per stream), and the blocks entering
-// bins are stamped with a clock that each mark moves on (Block::bin_stamp,
-// bin_clock_): once a mark of A is seen complete (queried oldest first,
-// then remembered as done_covers), every block stamped before it is idle
-// on the device and any stream takes it with no order and no driver call
-// but the query (idle_on_device; num_idle_cross_stream_reuses).  Idle
+// (a ring of up to StreamMarks::kMax per stream), and each mark moves on
+// the clock that stamps blocks as they become free (the pools' lookup
+// counts, Block::gc_stamp, which garbage collection ages blocks by): once
+// a mark of A is seen complete (queried oldest first, then remembered),
+// every block stamped below it is idle on the device and any stream takes
+// it with no order and no driver call but the query (idle_on_device;
+// num_idle_cross_stream_reuses).  No stamp of its own, so the free path
+// pays nothing.  Idle
 // blocks are preferred over smaller busy ones: both are memory the cache
 // already holds, and only the busy one costs a wait.  Measured on an H200:
 // with blocks lent (cross_stream_reuse:blocks) 92 % of steals were idle;
@@ -190,24 +192,27 @@ Status CachingAllocator::order_after(StreamId waiter, StreamId donor, bool* dono
 }
 
 // `recorded` (recorded on `stream` just now) becomes the stream's newest
-// pending mark, covering every block its bins hold now.  With kMax marks
+// pending mark, covering every block that is free now.  With kMax marks
 // pending after the completed ones left, it takes the newest's place: the
 // older ones still show progress first, and the newest covers the most.
 void CachingAllocator::push_mark(StreamId stream, EventId recorded) {
   StreamMarks& m = stream_marks_[stream];
-  if (m.count == StreamMarks::kMax) drain_marks(m, ~std::uint64_t{0});
+  if (m.count == StreamMarks::kMax) drain_marks(m, 0, ~std::uint64_t{0});
   if (m.count == StreamMarks::kMax) recycle_event(m.event[m.at(--m.count)]);
   const unsigned slot = m.at(m.count++);
   m.event[slot] = recorded;
-  m.covers[slot] = bin_clock_++;
+  // Blocks stamped from now on became free after the record.
+  m.below[slot][0] = ++small_pool_.lookups;
+  m.below[slot][1] = ++large_pool_.lookups;
 }
 
 // Pending marks that completed leave the ring, oldest first (a stream
-// completes them in record order), until one is not complete or
-// done_covers reaches `enough`.  One query per mark looked at.
-void CachingAllocator::drain_marks(StreamMarks& m, std::uint64_t enough) {
-  while (m.count != 0 && m.done_covers < enough && backend_->event_query(m.event[m.head]) == kSuccess) {
-    m.done_covers = m.covers[m.head];
+// completes them in record order), until one is not complete or a block of
+// pool `pool` stamped `stamp` is covered.  One query per mark looked at.
+void CachingAllocator::drain_marks(StreamMarks& m, int pool, std::uint64_t stamp) {
+  while (m.count != 0 && m.done[pool] <= stamp && backend_->event_query(m.event[m.head]) == kSuccess) {
+    m.done[0] = m.below[m.head][0];
+    m.done[1] = m.below[m.head][1];
     recycle_event(m.event[m.head]);
     m.head = m.at(1);
     --m.count;
@@ -234,7 +239,7 @@ void CachingAllocator::mark_progress(StreamId stream) {
 
 // Whether the device has run everything that could still use free block
 // `b` of another stream: a mark of its stream recorded after the block
-// entered its bin (stamp <= covers) was seen complete.  Marks are queried
+// became free (gc_stamp below the mark's count) was seen complete.  Marks are queried
 // only while one of them could cover the block.  Whatever put the block
 // in its bin made it safe in its stream's order (top of this file); a
 // completed mark recorded on that stream later shows that order run past
@@ -244,10 +249,11 @@ bool CachingAllocator::idle_on_device(const Block* b) {
   auto it = stream_marks_.find(b->stream);
   if (it == stream_marks_.end()) return false;
   StreamMarks& m = it->second;
-  if (b->bin_stamp <= m.done_covers) return true;
-  if (m.count == 0 || m.covers[m.at(m.count - 1)] < b->bin_stamp) return false;  // no mark covers it
-  drain_marks(m, b->bin_stamp);
-  return b->bin_stamp <= m.done_covers;
+  const int pool = b->segment->small ? 0 : 1;
+  if (b->gc_stamp < m.done[pool]) return true;
+  if (m.count == 0 || m.below[m.at(m.count - 1)][pool] <= b->gc_stamp) return false;  // no mark covers it
+  drain_marks(m, pool, b->gc_stamp);
+  return b->gc_stamp < m.done[pool];
 }
 
 // A stream that is going away leaves no marks (its handle may come back
