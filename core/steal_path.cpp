@@ -34,10 +34,11 @@
 // num_idle_cross_stream_reuses).  No stamp of its own, so the free path
 // pays nothing.  Idle
 // blocks are preferred over smaller busy ones: both are memory the cache
-// already holds, and only the busy one costs a wait.  Measured on an H200:
-// with blocks lent (cross_stream_reuse:blocks) 92 % of steals were idle;
-// with whole segments, which a stream frees just before another needs
-// them, 1-2 %, and the waits remain what bounds the server's speed.
+// already holds, and only the busy one costs a wait.  Measured on an H200
+// (docs/BENCHMARKS.md section 8): with blocks lent on own streams
+// (cross_stream_reuse:blocks) 84 % of steals were idle; with whole
+// segments, which a stream frees just before another needs them, 1 %, and
+// the waits remain what bounds the server's speed.
 //
 // Why it is safe.  A free block in A's bins is one that A's own next
 // request may reuse at once: every rule that puts it there (a free on A,
