@@ -32,9 +32,9 @@
 // every block stamped below it is idle on the device and any stream takes
 // it with no order and no driver call but the query (idle_on_device;
 // num_idle_cross_stream_reuses).  No stamp of its own, so the free path
-// pays nothing.  Idle
-// blocks are preferred over smaller busy ones: both are memory the cache
-// already holds, and only the busy one costs a wait.  Measured on an H200
+// pays nothing.  Idle blocks are preferred over smaller busy ones: both
+// are memory the cache already holds, and only the busy one costs a wait.
+// Measured on an H200
 // (docs/BENCHMARKS.md section 8): with blocks lent on own streams
 // (cross_stream_reuse:blocks) 84 % of steals were idle; with whole
 // segments, which a stream frees just before another needs them, 1 %, and
