@@ -50,7 +50,10 @@
 //     into A's bins makes it so), and B is made to wait on the device for
 //     an event recorded on A at the steal (cuda_backend.cpp order_streams:
 //     cuEventRecord + cuStreamWaitEvent), so B's use comes
-//     after everything A's own reuse would come after.  Refused while any
+//     after everything A's own reuse would come after; or, with no wait,
+//     when an event recorded on A after the block became free (a mark,
+//     cuda_backend.cpp mark_stream) was seen complete: the device is past
+//     every use of it.  Refused while any
 //     capture is in flight (a record on a capturing stream joins it, a wait
 //     on an event from outside breaks it); never from a destroyed stream
 //     (no record on a dead handle) nor for or from the plain-allocation
