@@ -51,6 +51,11 @@
 //                        drivers of CUDA 12.5 on) and completes every event
 //                        as it is recorded (an idle GPU): what release_remap
 //                        needs; without it the fake refuses joins
+//   --front              mallocs and frees through the per-thread front
+//                        cache first (core/front.h), as the shim's
+//                        stream-ordered route does, one thread: what a
+//                        change to what the thread caches keep does to the
+//                        peak (without it the core alone, as before)
 //   --quiet              no table on stdout
 #include <algorithm>
 #include <cctype>
@@ -692,6 +697,7 @@ struct Outcome {
   DeviceStats stats;
   std::uint64_t failed_allocs = 0;  // replay mallocs that failed (then their frees are skipped)
   std::uint64_t frees_of_failed = 0;
+  std::uint64_t front_hits = 0;     // --front: mallocs the thread's cache served
   std::string error;                // validate() or backend failure
   double seconds = 0;
 };
@@ -753,7 +759,7 @@ TraceFigures trace_figures(const Trace& t, int device, bool honour_empty_cache) 
 }
 
 Outcome replay(const Trace& t, int device, const Setting& s, std::size_t device_total, bool honour_empty_cache,
-               bool joins) {
+               bool joins, bool front) {
   Outcome out;
   out.conf = s.conf;
   const auto t0 = std::chrono::steady_clock::now();
@@ -769,7 +775,7 @@ Outcome replay(const Trace& t, int device, const Setting& s, std::size_t device_
         ++out.frees_of_failed;
         return;
       }
-      const Status st = alloc.free(p);
+      const Status st = front ? alloc.front().free_cached(p, kAnyStream) : alloc.free(p);
       if (st != kSuccess && out.error.empty()) out.error = "free returned " + std::to_string(st);
     };
     for (const Event& e : t.events) {
@@ -782,7 +788,9 @@ Outcome replay(const Trace& t, int device, const Setting& s, std::size_t device_
         }
         DevicePtr p = 0;
         const std::uint64_t size = e.requested != 0 ? e.requested : e.size;
-        const Status st = alloc.malloc(&p, size, e.stream);
+        const bool hit = front && alloc.front().malloc_cached(&p, size, e.stream);
+        out.front_hits += hit;
+        const Status st = hit ? kSuccess : alloc.malloc(&p, size, e.stream);
         if (st != kSuccess) {
           ++out.failed_allocs;
           if (st != kOutOfMemory && out.error.empty()) out.error = "malloc returned " + std::to_string(st);
@@ -983,6 +991,7 @@ std::string json_entry(const Trace& t, int device, const TraceFigures& f, const 
     num("num_ooms", s.num_ooms);
     num("num_sync_all_streams", s.num_sync_all_streams);
     num("failed_allocs", o.failed_allocs);
+    num("front_hits", o.front_hits);
     num("frees_of_failed", o.frees_of_failed);
     j += "\"reserved_over_allocated\":" + fixed(ratio(s.reserved_bytes[A].peak, s.allocated_bytes[A].peak), 6) + ",";
     j += "\"fragmentation\":" +
@@ -1020,7 +1029,7 @@ const std::vector<std::string> kDefaultConfs = {
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "trace_replay: %s\nusage: trace_replay [--conf TEXT]... [--device N] [--device-total-gib G] "
-               "[--json PATH] [--extract PATH] [--no-empty-cache] [--joins] [--quiet] TRACE...\n",
+               "[--json PATH] [--extract PATH] [--no-empty-cache] [--joins] [--front] [--quiet] TRACE...\n",
                msg);
   std::exit(2);
 }
@@ -1029,7 +1038,7 @@ const std::vector<std::string> kDefaultConfs = {
 
 int main(int argc, char** argv) {
   std::vector<std::string> confs, files;
-  bool confs_given = false, quiet = false, honour_empty_cache = true, joins = false;
+  bool confs_given = false, quiet = false, honour_empty_cache = true, joins = false, front = false;
   std::optional<int> only_device;
   double total_gib = 80;
   std::string json_path, extract_path;
@@ -1055,6 +1064,8 @@ int main(int argc, char** argv) {
       honour_empty_cache = false;
     } else if (a == "--joins") {
       joins = true;
+    } else if (a == "--front") {
+      front = true;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a == "-h" || a == "--help") {
@@ -1110,7 +1121,7 @@ int main(int argc, char** argv) {
       const TraceFigures f = trace_figures(t, device, honour_empty_cache);
       std::vector<Outcome> outs;
       for (const Setting& s : settings) {
-        outs.push_back(replay(t, device, s, device_total, honour_empty_cache, joins));
+        outs.push_back(replay(t, device, s, device_total, honour_empty_cache, joins, front));
         if (!outs.back().error.empty()) ++failures;
       }
       if (!quiet) print_table(t, device, f, outs, device_total);

@@ -12,7 +12,8 @@ ring dropped events is reported INCOMPLETE with the memory it could not see,
 a trace without otherData is flagged, and the fake-driver recording
 (driver_patterns.replay, the compact form of a trace of
 examples/driver_patterns under the shim) replays to the recorded run's own
-peaks.
+peaks, and replays through the per-thread front cache (--front) to the same
+peaks with some requests served there.
 
 --record checks the trace writer of today against the reader: it runs
 examples/driver_patterns under the shim on the fake driver with `trace:`,
@@ -279,6 +280,25 @@ def check_recorded(binary, d):
         failures.append("driver_patterns: no device replayed")
 
 
+def check_front(binary, d):
+    """--front: the same trace through the per-thread front cache first (the
+    shim's route); the caches serve some requests, and on this trace they
+    change no peak (they keep small blocks only, given back before the cache
+    grows)."""
+    path = os.path.join(d, "driver_patterns.replay")
+    core, _ = replay(binary, [path], [""])
+    front, _ = replay(binary, [path], [""], ["--front"])
+    if not core or not front:
+        return
+    c, f = core[0]["settings"][0], front[0]["settings"][0]
+    check("front: error", f["error"], "")
+    check("front: core-only replay has no front hits", c["front_hits"], 0)
+    if f["front_hits"] <= 0:
+        failures.append(f"front: no request served by the thread cache ({f['front_hits']})")
+    for key in ("peak_reserved", "peak_allocated", "num_device_alloc"):
+        check(f"front: {key} as the core alone", f[key], c[key])
+
+
 def check_live(binary, program, shim, fake_dir):
     with tempfile.TemporaryDirectory() as tmp:
         for ring in (1 << 20, 64):
@@ -330,6 +350,7 @@ def main():
         check_dropped(binary, d, tmp)
         check_requested(binary, d)
         check_recorded(binary, d)
+        check_front(binary, d)
     for f in failures:
         print("FAIL", f)
     print(f"check_replay: {'FAIL' if failures else 'PASS'} ({len(failures)} failures)")
