@@ -43,6 +43,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
+source scripts/gpu-build.sh
 START=$(date +%s)
 OUTDIR=${1:-${OUT:-$ROOT/mem-traces-out}}
 BUILD=${BUILD_DIR:-build-gpu}
@@ -103,21 +104,8 @@ banner "build ($BUILD)"
 SHIM="$BUILD/shim/libcachalloc.so"
 REPLAY="$BUILD/bench/trace_replay"
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  setup_args=(-Dbench=true)
-  if [[ -d .deps/usr/include ]]; then  # as gpu-check.sh / run-all.sh (meson refuses in-tree absolute includes)
-    DEPS_COPY="${TMPDIR:-/tmp}/cachalloc-deps/include"
-    if ! diff -rq .deps/usr/include "$DEPS_COPY" >/dev/null 2>&1; then
-      rm -rf "$DEPS_COPY" && mkdir -p "$DEPS_COPY" && cp -r .deps/usr/include/. "$DEPS_COPY/"
-    fi
-    setup_args+=("-Ddeps_include=$DEPS_COPY")
-  fi
-  command -v nvcc >/dev/null 2>&1 && setup_args+=(-Dgpu_tests=enabled)
-  if [[ -f "$BUILD/meson-private/coredata.dat" ]]; then
-    timeout 120 meson setup --reconfigure "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1 ||
-      timeout 120 meson setup --wipe "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1
-  else
-    timeout 120 meson setup "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1
-  fi || { tail -20 "$WORK/configure.log"; echo "meson setup failed"; exit 1; }
+  gpu_setup_args
+  configure_build "$BUILD" "$WORK/configure.log" || { tail -20 "$WORK/configure.log"; echo "meson setup failed"; exit 1; }
   timeout 400 ninja -C "$BUILD" -j "$JOBS" shim/libcachalloc.so bench/trace_replay >"$WORK/ninja.log" 2>&1 ||
     { tail -30 "$WORK/ninja.log"; echo "build failed"; exit 1; }
 fi

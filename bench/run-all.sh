@@ -62,6 +62,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
+source scripts/gpu-build.sh
 START=$(date +%s)
 QUICK=${BENCH_QUICK:-0}
 SECONDS_WANTED=${BENCH_SECONDS:-}
@@ -204,23 +205,8 @@ else
   else
     (build_torch_bench "$TORCH_OUT" >"$WORK/torch-build.log" 2>&1; echo $? >"$WORK/torch-build.rc") &
     TORCH_PID=$!
-    setup_args=(-Dbench=true)
-    if [[ -d .deps/usr/include ]]; then  # as scripts/gpu-check.sh does (meson refuses in-tree absolute includes)
-      DEPS_COPY="${TMPDIR:-/tmp}/cachalloc-deps/include"
-      if ! diff -rq .deps/usr/include "$DEPS_COPY" >/dev/null 2>&1; then
-        rm -rf "$DEPS_COPY" && mkdir -p "$DEPS_COPY" && cp -r .deps/usr/include/. "$DEPS_COPY/"
-      fi
-      setup_args+=("-Ddeps_include=$DEPS_COPY")
-    else
-      echo "no .deps/usr/include (scripts/fetch-gpu-deps.sh makes it): relying on system headers"
-    fi
-    command -v nvcc >/dev/null 2>&1 && setup_args+=(-Dgpu_tests=enabled)
-    if [[ -f "$BUILD/meson-private/coredata.dat" ]]; then
-      timeout 120 meson setup --reconfigure "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1 ||
-        timeout 120 meson setup --wipe "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1
-    else
-      timeout 120 meson setup "$BUILD" "${setup_args[@]}" >"$WORK/configure.log" 2>&1
-    fi
+    gpu_setup_args
+    configure_build "$BUILD" "$WORK/configure.log"
     rc=$?
     if ((rc != 0)); then
       BUILD_ERRORS+=("meson setup failed (exit $rc): $(grep -m1 -E 'ERROR' "$WORK/configure.log" | cut -c1-200)")

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "../examples/example_checks.cuh"
+
 namespace {
 
 __global__ void empty() {}
@@ -27,19 +29,10 @@ __global__ void touch(int* p, size_t n) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 1;
 }
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
 size_t g_base_free = 0;
 size_t used_now() {
   size_t f = 0, t = 0;
-  CHECK(cudaMemGetInfo(&f, &t));
+  MUST(cudaMemGetInfo(&f, &t));
   return g_base_free > f ? g_base_free - f : 0;
 }
 
@@ -49,9 +42,9 @@ size_t alloc_loop(int n, cudaStream_t s) {
   size_t peak = 0;
   for (int i = 0; i < n; ++i) {
     int* p = nullptr;
-    CHECK(cudaMalloc(&p, kWords * sizeof(int)));
+    MUST(cudaMalloc(&p, kWords * sizeof(int)));
     touch<<<8, 128, 0, s>>>(p, kWords);
-    CHECK(cudaFree(p));
+    MUST(cudaFree(p));
     if (i % 64 == 0) peak = std::max(peak, used_now());
   }
   return peak;
@@ -59,14 +52,14 @@ size_t alloc_loop(int n, cudaStream_t s) {
 
 double run(const char* mode, int n, size_t* peak) {
   cudaEvent_t e;
-  CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MUST(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   const auto t0 = std::chrono::steady_clock::now();
   if (std::strcmp(mode, "launch") == 0) {
     for (int i = 0; i < n; ++i) empty<<<1, 1>>>();
   } else if (std::strcmp(mode, "event") == 0) {
     for (int i = 0; i < n; ++i) {
-      CHECK(cudaEventRecord(e, 0));
-      CHECK(cudaStreamWaitEvent(0, e, 0));
+      MUST(cudaEventRecord(e, 0));
+      MUST(cudaStreamWaitEvent(0, e, 0));
       cudaStreamQuery(0);  // cudaErrorNotReady is an answer, not an error
     }
   } else if (std::strcmp(mode, "single") == 0) {
@@ -81,9 +74,9 @@ double run(const char* mode, int n, size_t* peak) {
     std::fprintf(stderr, "unknown mode %s\n", mode);
     std::exit(2);
   }
-  CHECK(cudaDeviceSynchronize());
+  MUST(cudaDeviceSynchronize());
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(cudaEventDestroy(e));
+  MUST(cudaEventDestroy(e));
   return ns / n;
 }
 
@@ -95,9 +88,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int n = argc > 2 ? std::atoi(argv[2]) : 20000;
-  CHECK(cudaFree(nullptr));
+  MUST(cudaFree(nullptr));
   size_t t = 0;
-  CHECK(cudaMemGetInfo(&g_base_free, &t));
+  MUST(cudaMemGetInfo(&g_base_free, &t));
   size_t peak = 0;
   run(argv[1], n / 10 + 1, &peak);  // warm-up: caches filled, lookups done
   peak = 0;

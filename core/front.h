@@ -147,6 +147,9 @@ class Front {
   std::size_t hand_over_held(ThreadCache* tc, bool fenced_too);
 
   // Giving blocks back and merging statistics.
+  ThreadCache* own_cache();
+  static bool give_locked(ThreadCache* tc, DevicePtr ptr, StreamId stream);
+  static ThreadCache::GiveFenced give_fenced_locked(ThreadCache* tc, DevicePtr ptr);
   void disown(ThreadCache* tc, Block* b);
   std::size_t flush_one(ThreadCache* tc, bool out_too);
   void merge_deltas(ThreadCache* tc);
@@ -193,66 +196,57 @@ template <bool kMaySlow>
   return kMaySlow && slow && malloc_cached_slow(out, size, stream, tc);
 }
 
-// (With the layer off, tc stays null: free_adopt is then free(), with the
-// stream recorded first.)
-[[gnu::always_inline]] inline Status Front::free_cached(DevicePtr ptr, StreamId stream, bool give_tried) {
-  ThreadCache* tc = nullptr;
-  if (tc_usable()) [[likely]] {
-    tc = find_thread_cache(serial_);
-    if (tc != nullptr && give_tried) {
-      // straight to the locked half
-    } else if (tc != nullptr) [[likely]] {
-      tc->mutex.lock();
-      const bool kept = tc->give(ptr, stream);
-      tc->mutex.unlock();
-      if (kept) [[likely]] return kSuccess;
-    } else {
-      tc = create_thread_cache();
-    }
-  }
-  return free_adopt(ptr, stream, tc);
+// The calling thread's cache, made on its first free; null with the layer
+// off.  (A fresh cache has nothing out: give() then answers no.)
+[[gnu::always_inline]] inline ThreadCache* Front::own_cache() {
+  if (!tc_usable()) [[unlikely]] return nullptr;
+  ThreadCache* tc = find_thread_cache(serial_);
+  if (tc == nullptr) [[unlikely]] tc = create_thread_cache();
+  return tc;
 }
 
-[[gnu::always_inline]] inline bool Front::give_cached(DevicePtr ptr, StreamId stream) {
-  if (!tc_usable()) [[unlikely]] return false;
-  ThreadCache* tc = find_thread_cache(serial_);
-  if (tc == nullptr) [[unlikely]] return false;
+[[gnu::always_inline]] inline bool Front::give_locked(ThreadCache* tc, DevicePtr ptr, StreamId stream) {
   tc->mutex.lock();
   const bool kept = tc->give(ptr, stream);
   tc->mutex.unlock();
   return kept;
 }
 
-[[gnu::always_inline]] inline ThreadCache::GiveFenced Front::give_cached_fenced(DevicePtr ptr) {
-  if (!tc_usable()) [[unlikely]] return ThreadCache::kNotMine;
-  ThreadCache* tc = find_thread_cache(serial_);
-  if (tc == nullptr) [[unlikely]] return ThreadCache::kNotMine;
+[[gnu::always_inline]] inline ThreadCache::GiveFenced Front::give_fenced_locked(ThreadCache* tc, DevicePtr ptr) {
   tc->mutex.lock();
   const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
   tc->mutex.unlock();
   return kept;
 }
 
+// (With the layer off, tc stays null: free_adopt is then free(), with the
+// stream recorded first.)
+[[gnu::always_inline]] inline Status Front::free_cached(DevicePtr ptr, StreamId stream, bool give_tried) {
+  ThreadCache* tc = own_cache();
+  if (tc != nullptr && !give_tried && give_locked(tc, ptr, stream)) [[likely]] return kSuccess;
+  return free_adopt(ptr, stream, tc);
+}
+
+[[gnu::always_inline]] inline bool Front::give_cached(DevicePtr ptr, StreamId stream) {
+  if (!tc_usable()) [[unlikely]] return false;
+  ThreadCache* tc = find_thread_cache(serial_);
+  return tc != nullptr && give_locked(tc, ptr, stream);
+}
+
+[[gnu::always_inline]] inline ThreadCache::GiveFenced Front::give_cached_fenced(DevicePtr ptr) {
+  if (!tc_usable()) [[unlikely]] return ThreadCache::kNotMine;
+  ThreadCache* tc = find_thread_cache(serial_);
+  return tc == nullptr ? ThreadCache::kNotMine : give_fenced_locked(tc, ptr);
+}
+
 // (With the layer off, tc stays null: free_deferred_adopt is then
 // free_deferred().)
 [[gnu::always_inline]] inline Status Front::free_cached_fenced(DevicePtr ptr, bool give_tried) {
-  ThreadCache* tc = nullptr;
-  if (tc_usable()) [[likely]] {
-    tc = find_thread_cache(serial_);
-    if (tc != nullptr && give_tried) {
-      // straight to the locked half
-    } else if (tc != nullptr) [[likely]] {
-      tc->mutex.lock();
-      const ThreadCache::GiveFenced kept = tc->give_fenced(ptr);
-      tc->mutex.unlock();
-      if (kept == ThreadCache::kKept) [[likely]] return kSuccess;
-      if (kept == ThreadCache::kFenceDue) {
-        fence_thread_batch(tc);
-        return kSuccess;
-      }
-    } else {
-      tc = create_thread_cache();
-    }
+  ThreadCache* tc = own_cache();
+  if (tc != nullptr && !give_tried) [[likely]] {
+    const ThreadCache::GiveFenced kept = give_fenced_locked(tc, ptr);
+    if (kept == ThreadCache::kFenceDue) fence_thread_batch(tc);
+    if (kept != ThreadCache::kNotMine) [[likely]] return kSuccess;
   }
   return free_deferred_adopt(ptr, tc);
 }

@@ -1,7 +1,9 @@
 // example_checks.cuh — how the examples report failures: fail() counts one
 // and prints a "    FAIL: ..." line (only the first `max_printed`, when
 // a stress loop could print thousands), CK() checks a CUDA call and fails
-// with its name, line and error.
+// with its name, line and error; MUST() is for set-up calls a program
+// cannot go on without: it prints the call, its place and the error, and
+// exits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +11,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 
 namespace examples {
 
@@ -32,6 +35,13 @@ inline bool ok(cudaError_t e, const char* what, int line) {
   return false;
 }
 
+inline void must(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s:%d: %s: %s\n", file, line, what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
 }  // namespace examples
 
 #define CK(call) examples::ok((call), #call, __LINE__)
+#define MUST(call) examples::must((call), #call, __FILE__, __LINE__)

@@ -29,20 +29,12 @@
 #include <thread>
 #include <vector>
 
+#include "example_checks.cuh"
 #include "verify_kernels.cuh"
 
 namespace {
 
 int g_failures = 0;
-
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 struct Buf {
   void* p = nullptr;
@@ -59,7 +51,7 @@ unsigned long long* g_mismatches[kDevices];  // one counter per device, in its m
 
 int current_device() {
   int d = -1;
-  CK(cudaGetDevice(&d));
+  MUST(cudaGetDevice(&d));
   return d;
 }
 
@@ -69,16 +61,16 @@ std::size_t size_for(int i) {
 }
 
 Buf allocate(int device, int i, std::uint32_t iteration) {
-  CK(cudaSetDevice(device));
+  MUST(cudaSetDevice(device));
   Buf b;
   b.device = device;
   b.bytes = size_for(i);
   if (i % 3 == 2) {  // stream-ordered, on this device's stream
     b.async = true;
     b.stream = g_stream[device];
-    CK(cudaMallocAsync(&b.p, b.bytes, b.stream));
+    MUST(cudaMallocAsync(&b.p, b.bytes, b.stream));
   } else {
-    CK(cudaMalloc(&b.p, b.bytes));
+    MUST(cudaMalloc(&b.p, b.bytes));
   }
   b.seed = examples::seed_for(b.p, iteration);
   examples::fill(b.p, b.bytes, b.seed, g_stream[device]);
@@ -86,25 +78,25 @@ Buf allocate(int device, int i, std::uint32_t iteration) {
 }
 
 void check_on(int device, const Buf& b) {
-  CK(cudaSetDevice(device));
+  MUST(cudaSetDevice(device));
   examples::check(b.p, b.bytes, b.seed, g_stream[device], g_mismatches[device]);
 }
 
 void release(const Buf& b) {
   if (b.async)
-    CK(cudaFreeAsync(b.p, b.stream));
+    MUST(cudaFreeAsync(b.p, b.stream));
   else
-    CK(cudaFree(b.p));
+    MUST(cudaFree(b.p));
 }
 
 unsigned long long collect_mismatches(const char* phase) {
   unsigned long long total = 0;
   for (int d = 0; d < kDevices; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaStreamSynchronize(g_stream[d]));
+    MUST(cudaSetDevice(d));
+    MUST(cudaStreamSynchronize(g_stream[d]));
     unsigned long long n = 0;
-    CK(cudaMemcpy(&n, g_mismatches[d], sizeof n, cudaMemcpyDeviceToHost));
-    CK(cudaMemset(g_mismatches[d], 0, sizeof n));
+    MUST(cudaMemcpy(&n, g_mismatches[d], sizeof n, cudaMemcpyDeviceToHost));
+    MUST(cudaMemset(g_mismatches[d], 0, sizeof n));
     total += n;
   }
   std::printf("%-44s %s (%llu mismatching words)\n", phase, total ? "FAIL" : "ok", total);
@@ -124,16 +116,16 @@ std::vector<Buf> interleaved(int count, std::uint32_t iteration) {
 // the buffer's (plain frees: the driver frees in the owner's context).
 void cross_thread_frees(std::vector<Buf>& bufs) {
   for (int d = 0; d < kDevices; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaStreamSynchronize(g_stream[d]));  // frees from another thread: ordered by the host here
+    MUST(cudaSetDevice(d));
+    MUST(cudaStreamSynchronize(g_stream[d]));  // frees from another thread: ordered by the host here
   }
   std::vector<Buf> keep, drop;
   for (std::size_t i = 0; i < bufs.size(); ++i) (i % 2 ? drop : keep).push_back(bufs[i]);
   std::thread other([&] {  // device 1 current: frees device 0's buffers
-    CK(cudaSetDevice(1));
+    MUST(cudaSetDevice(1));
     for (const Buf& b : drop) {
       if (b.async || b.device != 0) continue;
-      CK(cudaFree(b.p));
+      MUST(cudaFree(b.p));
       if (current_device() != 1) {
         std::printf("a cross-device free changed the thread's device\n");
         ++g_failures;
@@ -142,7 +134,7 @@ void cross_thread_frees(std::vector<Buf>& bufs) {
   });
   std::thread fresh([&] {  // a new thread, device never set (device 0): frees device 1's buffers
     for (const Buf& b : drop)
-      if (!b.async && b.device == 1) CK(cudaFree(b.p));
+      if (!b.async && b.device == 1) MUST(cudaFree(b.p));
   });
   // Meanwhile this thread keeps allocating on device 1 (and device 0).
   std::vector<Buf> more;
@@ -152,8 +144,8 @@ void cross_thread_frees(std::vector<Buf>& bufs) {
   for (const Buf& b : drop)
     if (b.async) {  // stream-ordered frees on the owner's stream, from another thread
       std::thread t([&] {
-        CK(cudaSetDevice(b.device));
-        CK(cudaFreeAsync(b.p, b.stream));
+        MUST(cudaSetDevice(b.device));
+        MUST(cudaFreeAsync(b.p, b.stream));
       });
       t.join();
     }
@@ -170,17 +162,17 @@ void peer(std::vector<Buf>& bufs, bool access) {
   std::vector<Buf> copies;
   for (const Buf& src : bufs) {
     const int dst_device = 1 - src.device;
-    CK(cudaSetDevice(dst_device));
+    MUST(cudaSetDevice(dst_device));
     Buf dst;
     dst.device = dst_device;
     dst.bytes = src.bytes;
     dst.seed = src.seed;  // a copy: the same pattern
-    CK(cudaMalloc(&dst.p, dst.bytes));
+    MUST(cudaMalloc(&dst.p, dst.bytes));
     // Ordered after src's fill (on the source device's stream) by a sync.
-    CK(cudaSetDevice(src.device));
-    CK(cudaStreamSynchronize(g_stream[src.device]));
-    CK(cudaSetDevice(dst_device));
-    CK(cudaMemcpyPeerAsync(dst.p, dst_device, src.p, src.device, src.bytes, g_stream[dst_device]));
+    MUST(cudaSetDevice(src.device));
+    MUST(cudaStreamSynchronize(g_stream[src.device]));
+    MUST(cudaSetDevice(dst_device));
+    MUST(cudaMemcpyPeerAsync(dst.p, dst_device, src.p, src.device, src.bytes, g_stream[dst_device]));
     check_on(dst_device, dst);
     // The other device's buffer, read in place.  Not a cudaMallocAsync one:
     // peer access covers cudaMalloc memory, while memory from a stream-ordered
@@ -190,7 +182,7 @@ void peer(std::vector<Buf>& bufs, bool access) {
     copies.push_back(dst);
   }
   collect_mismatches(access ? "peer copies and in-place peer reads" : "peer copies (no peer access)");
-  for (const Buf& c : copies) CK(cudaFree(c.p));
+  for (const Buf& c : copies) MUST(cudaFree(c.p));
 }
 
 // Phase 4: the control API, present only under cachalloc.
@@ -222,7 +214,7 @@ void control_api() {
                 peak / 1048576.0);
     ok = ok && allocs > 0;
   }
-  CK(cudaSetDevice(0));
+  MUST(cudaSetDevice(0));
   const int before = current_device();
   ok = ok && empty(1) == 0 && current_device() == before;
   if (summary != nullptr) {
@@ -243,14 +235,14 @@ int main(int argc, char** argv) {
     return 77;
   }
   for (int d = 0; d < kDevices; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaStreamCreateWithFlags(&g_stream[d], cudaStreamNonBlocking));
-    CK(cudaMalloc(&g_mismatches[d], sizeof(unsigned long long)));
-    CK(cudaMemset(g_mismatches[d], 0, sizeof(unsigned long long)));
+    MUST(cudaSetDevice(d));
+    MUST(cudaStreamCreateWithFlags(&g_stream[d], cudaStreamNonBlocking));
+    MUST(cudaMalloc(&g_mismatches[d], sizeof(unsigned long long)));
+    MUST(cudaMemset(g_mismatches[d], 0, sizeof(unsigned long long)));
   }
   int can01 = 0, can10 = 0;
-  CK(cudaDeviceCanAccessPeer(&can01, 0, 1));
-  CK(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  MUST(cudaDeviceCanAccessPeer(&can01, 0, 1));
+  MUST(cudaDeviceCanAccessPeer(&can10, 1, 0));
   const bool access = can01 && can10;
 
   for (int round = 0; round < 3; ++round) {
@@ -260,24 +252,24 @@ int main(int argc, char** argv) {
     collect_mismatches("frees from threads on the other device");
     if (round == 1 && access) {  // enable once, midway: blocks from before and after
       for (int d = 0; d < kDevices; ++d) {
-        CK(cudaSetDevice(d));
+        MUST(cudaSetDevice(d));
         cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
         if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
-        else CK(e);
+        else MUST(e);
       }
     }
     peer(bufs, access && round >= 1);
     for (const Buf& b : bufs) {
-      CK(cudaSetDevice(b.device));
+      MUST(cudaSetDevice(b.device));
       release(b);
     }
   }
   control_api();
   for (int d = 0; d < kDevices; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceSynchronize());
-    CK(cudaFree(g_mismatches[d]));
-    CK(cudaStreamDestroy(g_stream[d]));
+    MUST(cudaSetDevice(d));
+    MUST(cudaDeviceSynchronize());
+    MUST(cudaFree(g_mismatches[d]));
+    MUST(cudaStreamDestroy(g_stream[d]));
   }
   std::printf("multi_gpu: %s (peer access %s)\n", g_failures ? "FAIL" : "PASS", access ? "on" : "unavailable");
   return g_failures ? 1 : 0;

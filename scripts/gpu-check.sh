@@ -38,6 +38,7 @@
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+source scripts/gpu-build.sh
 START=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET:-540}
 BUILD=${BUILD_DIR:-build-gpu}
@@ -122,17 +123,7 @@ PY
 
 # --- 2. configure and build --------------------------------------------------
 banner "2. configure and build ($BUILD, -j$JOBS)"
-setup_args=(-Dbench=true)
-# Meson refuses an absolute include path inside the source tree, so the
-# headers carried in .deps are copied to a fixed place outside it.
-if [[ -d .deps/usr/include ]]; then
-  DEPS_COPY="${TMPDIR:-/tmp}/cachalloc-deps/include"
-  if ! diff -rq .deps/usr/include "$DEPS_COPY" >/dev/null 2>&1; then  # unchanged: keep mtimes
-    rm -rf "$DEPS_COPY" && mkdir -p "$DEPS_COPY" && cp -r .deps/usr/include/. "$DEPS_COPY/"
-  fi
-  setup_args+=("-Ddeps_include=$DEPS_COPY")
-fi
-command -v nvcc >/dev/null 2>&1 && setup_args+=(-Dgpu_tests=enabled)
+gpu_setup_args
 t0=$(date +%s)
 if [[ -f "$BUILD/meson-private/coredata.dat" ]]; then
   # An existing build dir is reconfigured (keeps its objects); wiped only if that fails.

@@ -10,7 +10,8 @@
   (cachalloc_stats_json, include/cachalloc.h), so a phase reports exactly
   its timed steps; absent without cachalloc;
 * StepTimer and emit(): the output lines every program prints;
-* import_torch() and start_measuring(): every program's start-up.
+* import_torch() and start_measuring(): every program's start-up;
+  measure_one(): a one-phase program's whole run, measured and emitted.
 
 Output lines (one phase of one program):
     LOSS program=NAME step=I value=REPR hex=HEX
@@ -515,3 +516,15 @@ def start_measuring(torch, device):
     torch.cuda.init()
     sampler.refine_device()
     return sampler, counters
+
+
+def measure_one(torch, device, run):
+    """A one-phase program: run(sampler, counters or None) under the peak
+    sampler, its result emitted with the peak; the exit status."""
+    sampler, counters = start_measuring(torch, device)
+    sampler.reset()
+    result = run(sampler, counters if counters.available else None)
+    result["peak"] = {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}
+    sampler.stop()
+    emit(result)
+    return 0 if result["ok"] else 1

@@ -133,13 +133,7 @@ def main():
         print(f"hf_gpt: SKIP (transformers not importable: {why})")
         common.skip("hf_gpt2", f"transformers not importable: {why}")
         return 77
-    sampler, counters = common.start_measuring(torch, args.device)
-    sampler.reset()
-    result = run(args, sampler, counters if counters.available else None)
-    result["peak"] = {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}
-    sampler.stop()
-    common.emit(result)
-    return 0 if result["ok"] else 1
+    return common.measure_one(torch, args.device, lambda s, c: run(args, s, c))
 
 
 if __name__ == "__main__":

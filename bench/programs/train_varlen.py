@@ -206,13 +206,7 @@ def main():
     torch = common.import_torch("train_varlen")
     if torch is None:
         return 77
-    sampler, counters = common.start_measuring(torch, args.device)
-    sampler.reset()
-    result = run(args, args.side_stream, sampler, counters if counters.available else None)
-    result["peak"] = {"bytes": sampler.peak(), "baseline_bytes": sampler.baseline, "source": sampler.source}
-    sampler.stop()
-    common.emit(result)
-    return 0 if result["ok"] else 1
+    return common.measure_one(torch, args.device, lambda s, c: run(args, args.side_stream, s, c))
 
 
 if __name__ == "__main__":
