@@ -158,6 +158,26 @@ class CachingAllocator {
   // destroyed stream's last kernels still run.
   Status retire_stream(StreamId stream);
 
+  // Device progress the host saw (the shim's stream and context
+  // synchronize hooks; steal_path.cpp): a point taken before the wait,
+  // then, once the wait succeeded, stream_synced() for one stream's work
+  // or all_synced() for the whole context's.  Blocks that became free
+  // before the point are then idle on the device: another stream takes
+  // them with no wait.  `mark_first` records a mark on `stream` before the
+  // point, for a stream the legacy stream orders (blocking, legacy,
+  // per-thread): its own synchronize need not wait for legacy work that a
+  // free on it relied on, while a record on it does.  An invalid point
+  // (no steals, or the mark refused) reports nothing, nor does a wait that
+  // failed.
+  struct ProgressPoint {
+    std::uint64_t below[2] = {};  // the pools' lookup counts (small, large)
+    bool valid = false;
+  };
+  ProgressPoint progress_point(StreamId stream, bool mark_first);
+  ProgressPoint context_progress_point();
+  void stream_synced(StreamId stream, const ProgressPoint& point);
+  void all_synced(const ProgressPoint& point);
+
   // Whether `ptr` lies inside a segment of this allocator (live or not).
   bool owns(DevicePtr ptr) const;
   // Describes `ptr`: kNotOwned when it lies outside every segment.
@@ -345,10 +365,13 @@ class CachingAllocator {
                             std::span<const StreamId> refused, bool whole);
   Status order_after(StreamId waiter, StreamId donor, bool* donor_refused);
   bool idle_on_device(const Block* b);
+  std::uint64_t idle_below(StreamId stream, int pool);
   void push_mark(StreamId stream, EventId recorded);
   struct StreamMarks;
   void drain_marks(StreamMarks& m, int pool, std::uint64_t stamp);
-  void mark_progress(StreamId stream);
+  bool mark_progress(StreamId stream);
+  ProgressPoint point_now();
+  void settle_marks(StreamMarks& m, const ProgressPoint& point);
   void drop_mark(StreamId stream);
   void drop_all_marks();
   Block* take_stolen(BlockPool& pool, Block* block, StreamId stream);
@@ -520,6 +543,9 @@ class CachingAllocator {
     unsigned at(unsigned i) const { return (head + i) % kMax; }
   };
   std::unordered_map<StreamId, StreamMarks> stream_marks_;
+  // done[] for every stream at once: a whole-context synchronize
+  // (all_synced) saw the device run past blocks stamped below it.
+  std::uint64_t all_done_[2] = {};
   std::vector<EventId> spare_events_;
   AllocatorStats stats_;  // read as DeviceStats through stats_.get()
   AllocatorObserver* observer_ = nullptr;

@@ -38,7 +38,11 @@
 // (docs/BENCHMARKS.md section 8): with blocks lent on own streams
 // (cross_stream_reuse:blocks) 84 % of steals were idle; with whole
 // segments, which a stream frees just before another needs them, 1 %, and
-// the waits remain what bounds the server's speed.
+// the waits remained what bounded the server's speed.  So the program's
+// own waits count too: a cuStreamSynchronize that returned saw that
+// stream's queued work run, a cuCtxSynchronize every stream's (the shim
+// reports them: progress_point, stream_synced, all_synced).  Blocks freed
+// before the wait began are idle, for no driver call at all.
 //
 // Why it is safe.  A free block in A's bins is one that A's own next
 // request may reuse at once: every rule that puts it there (a free on A,
@@ -141,9 +145,10 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
 // The best fit for `size` among the free blocks of every other stream's
 // bins (untagged) that may give one: `whole`, the smallest whole free
 // segment that can move; else the smallest block, and of two that size a
-// whole segment.  A block idle on the device (idle_on_device) comes first,
-// whatever its size: it costs no wait, and whichever is taken, the memory
-// is already the cache's.
+// whole segment.  A block idle on the device comes first, whatever its
+// size: it costs no wait, and whichever is taken, the memory is already
+// the cache's.  So where a stream's best fit is busy, its best idle fit is
+// looked for too (idle_below: no query for what is known).
 Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
                                             std::span<const StreamId> refused, bool whole) {
   Block* best = nullptr;
@@ -151,20 +156,27 @@ Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t s
   const auto better = [](const Block* b, const Block* than) {
     return than == nullptr || b->size < than->size || (b->size == than->size && than->is_split() && !b->is_split());
   };
+  const auto may_take = [&](const Block* x) {
+    return split_rules_allow(x, size) && (!whole || (!x->is_split() && !x->segment->expandable));
+  };
   pool.blocks.for_each_stream([&](const StreamBins* bins) {
     const StreamId s = bins->stream();
     if (s == stream || bins->count() == 0 || bins->retired || unorderable(s) ||
         std::find(refused.begin(), refused.end(), s) != refused.end())
       return;
-    Block* b = whole ? bins->best_fit_if(size, kWholeSearchVisits,
-                                         [&](const Block* x) {
-                                           return !x->is_split() && !x->segment->expandable &&
-                                                  split_rules_allow(x, size);
-                                         })
-                     : bins->best_fit(size);
+    Block* b = whole ? bins->best_fit_if(size, kWholeSearchVisits, may_take) : bins->best_fit(size);
     if (b == nullptr || !split_rules_allow(b, size)) return;
     if (better(b, best)) best = b;
-    if (better(b, best_idle) && idle_on_device(b)) best_idle = b;
+    if (!better(b, best_idle)) return;  // nothing of this stream's beats the idle one found
+    if (idle_on_device(b)) {
+      best_idle = b;
+      return;
+    }
+    const std::uint64_t below = idle_below(s, &pool == &small_pool_ ? 0 : 1);
+    if (below == 0) return;
+    Block* idle = bins->best_fit_if(size, kWholeSearchVisits,
+                                    [&](const Block* x) { return x->gc_stamp < below && may_take(x); });
+    if (idle != nullptr && better(idle, best_idle)) best_idle = idle;
   });
   return best_idle != nullptr ? best_idle : best;
 }
@@ -212,8 +224,8 @@ void CachingAllocator::push_mark(StreamId stream, EventId recorded) {
 // pool `pool` stamped `stamp` is covered.  One query per mark looked at.
 void CachingAllocator::drain_marks(StreamMarks& m, int pool, std::uint64_t stamp) {
   while (m.count != 0 && m.done[pool] <= stamp && backend_->event_query(m.event[m.head]) == kSuccess) {
-    m.done[0] = m.below[m.head][0];
-    m.done[1] = m.below[m.head][1];
+    m.done[0] = std::max(m.done[0], m.below[m.head][0]);
+    m.done[1] = std::max(m.done[1], m.below[m.head][1]);
     recycle_event(m.event[m.head]);
     m.head = m.at(1);
     --m.count;
@@ -226,16 +238,17 @@ void CachingAllocator::drain_marks(StreamMarks& m, int pool, std::uint64_t stamp
 // its last mark for ever.  (Marking every stream at every steal, so that
 // all of them keep up, measured no faster on the GPU and cost 4x the
 // driver calls per free: docs/BENCHMARKS.md section 8.)
-void CachingAllocator::mark_progress(StreamId stream) {
-  if (unorderable(stream)) return;
+bool CachingAllocator::mark_progress(StreamId stream) {
+  if (unorderable(stream)) return false;
   Status st = kSuccess;
   const EventId event = acquire_event(&st);
-  if (st != kSuccess) return;
+  if (st != kSuccess) return false;
   if (backend_->mark_stream(event, stream) != kSuccess) {
     recycle_event(event);
-    return;
+    return false;
   }
   push_mark(stream, event);
+  return true;
 }
 
 // Whether the device has run everything that could still use free block
@@ -247,14 +260,68 @@ void CachingAllocator::mark_progress(StreamId stream) {
 // the block's last use, so any stream may take it at once.  An error other
 // than not-ready counts as not complete: the caller orders instead.
 bool CachingAllocator::idle_on_device(const Block* b) {
+  const int pool = b->segment->small ? 0 : 1;
+  if (b->gc_stamp < all_done_[pool]) return true;
   auto it = stream_marks_.find(b->stream);
   if (it == stream_marks_.end()) return false;
   StreamMarks& m = it->second;
-  const int pool = b->segment->small ? 0 : 1;
   if (b->gc_stamp < m.done[pool]) return true;
   if (m.count == 0 || m.below[m.at(m.count - 1)][pool] <= b->gc_stamp) return false;  // no mark covers it
   drain_marks(m, pool, b->gc_stamp);
   return b->gc_stamp < m.done[pool];
+}
+
+// The clock's reading before a wait: blocks stamped from now on became
+// free after it began (as push_mark's moves).
+CachingAllocator::ProgressPoint CachingAllocator::point_now() {
+  return ProgressPoint{{++small_pool_.lookups, ++large_pool_.lookups}, true};
+}
+
+CachingAllocator::ProgressPoint CachingAllocator::progress_point(StreamId stream, bool mark_first) {
+  std::lock_guard lock(mutex_);
+  if (!steals_possible_ || (mark_first && !mark_progress(stream))) return {};
+  return point_now();
+}
+
+CachingAllocator::ProgressPoint CachingAllocator::context_progress_point() {
+  std::lock_guard lock(mutex_);
+  return steals_possible_ ? point_now() : ProgressPoint{};
+}
+
+// The wait that began at `point` returned: marks recorded before it are
+// complete (the wait covered them), and blocks stamped below it are idle.
+void CachingAllocator::settle_marks(StreamMarks& m, const ProgressPoint& point) {
+  while (m.count != 0 && m.below[m.head][0] <= point.below[0]) {
+    recycle_event(m.event[m.head]);
+    m.head = m.at(1);
+    --m.count;
+  }
+  for (int pool : {0, 1}) m.done[pool] = std::max(m.done[pool], point.below[pool]);
+}
+
+void CachingAllocator::stream_synced(StreamId stream, const ProgressPoint& point) {
+  if (!point.valid) return;
+  std::lock_guard lock(mutex_);
+  settle_marks(stream_marks_[stream], point);
+}
+
+void CachingAllocator::all_synced(const ProgressPoint& point) {
+  if (!point.valid) return;
+  std::lock_guard lock(mutex_);
+  for (auto& [stream, m] : stream_marks_) settle_marks(m, point);
+  for (int pool : {0, 1}) all_done_[pool] = std::max(all_done_[pool], point.below[pool]);
+}
+
+// The stamp below which `stream`'s free blocks of pool `pool` are idle:
+// what a context synchronize or its completed marks showed (its pending
+// marks queried, oldest first, until one is not complete).
+std::uint64_t CachingAllocator::idle_below(StreamId stream, int pool) {
+  std::uint64_t below = all_done_[pool];
+  if (auto it = stream_marks_.find(stream); it != stream_marks_.end()) {
+    drain_marks(it->second, pool, ~std::uint64_t{0});
+    below = std::max(below, it->second.done[pool]);
+  }
+  return below;
 }
 
 // A stream that is going away leaves no marks (its handle may come back

@@ -28,6 +28,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
                                           const CUgraphEdgeData* dependencyData, size_t numDependencies,
                                           CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
+CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 }
 
 // The 10.0 and 11.0 ABIs of cuGraphInstantiate (cudaTypedefs.h types them

@@ -44,8 +44,6 @@ bool is_nonblocking(StreamId id) {
 // Stream use noted once per (context, stream) per thread in the common case:
 // the context's lock is taken only when the stream changes.  The test is
 // inline, the noting out of line.
-bool stream_of_other_context(const ContextState& ctx, CUstream stream);
-
 struct NotedUse {
   ContextState* ctx = nullptr;
   StreamId id = 0;
@@ -172,6 +170,8 @@ constinit thread_local StreamOwner t_stream_owner;
   return other;
 }
 
+}  // namespace
+
 bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return false;
   const std::uint64_t generation = g_stream_generation.load(std::memory_order_relaxed);
@@ -179,6 +179,8 @@ bool stream_of_other_context(const ContextState& ctx, CUstream stream) {
   if (o.ctx == &ctx && o.stream == stream && o.generation == generation) [[likely]] return o.other;
   return stream_of_other_context_now(ctx, stream, generation);
 }
+
+namespace {
 
 // The context of created stream `stream` for a thread with no current
 // context, or nullptr (a default stream names none then; an unknown handle

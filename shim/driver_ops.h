@@ -30,6 +30,11 @@ CUresult do_mem_alloc_async(CUdeviceptr* out, size_t size, CUstream stream, bool
 CUresult do_mem_free_async(CUdeviceptr ptr, CUstream stream, bool ptsz);
 CUresult do_mem_get_info(size_t* free_bytes, size_t* total_bytes);
 
+// Whether `stream` belongs to another context than `ctx` (the default
+// streams never do); false while a capture is in flight, when asking the
+// driver could break it.
+bool stream_of_other_context(const ContextState& ctx, CUstream stream);
+
 // ---- the runtime route (runtime_entry_points.cpp) ----
 // The driver route's decisions, with one difference: what the cache does
 // not complete goes to cudart's own function instead of the driver, so that

@@ -15,7 +15,9 @@
 #include "ipc_ops.h"
 #include "link_imports.h"
 #include "process_state.h"
+#include "progress_ops.h"
 #include "start_up.h"
+#include "stream_watch.h"
 #include "real_driver.h"
 
 using namespace cachalloc::shim;
@@ -85,6 +87,40 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
     // Before the real destroy: no event may be recorded on a dead stream.
     note_stream_destroying(hStream);
     return real_fn(hStream);
+  });
+}
+
+// ---- the program's own waits: device progress for cross-stream reuse
+// (progress_ops.h); the per-thread stream noted as every watched call
+// notes it (stream_watch.h) ----
+
+EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamSynchronize);
+    if (hStream == CU_STREAM_PER_THREAD) note_per_thread_stream();
+    return synchronize_stream(hStream, false, real_fn);
+  });
+}
+
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuStreamSynchronize_ptsz);
+    if (hStream == nullptr || hStream == CU_STREAM_PER_THREAD) note_per_thread_stream();
+    return synchronize_stream(hStream, true, real_fn);
+  });
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuCtxSynchronize);
+    return synchronize_context(nullptr, [](CUcontext) { return drv()->cuCtxSynchronize(); });
+  });
+}
+
+EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  return guarded([&] {
+    CACHALLOC_REAL_OR_FAIL(cuCtxSynchronize_v2);
+    return synchronize_context(ctx, real_fn);
   });
 }
 

@@ -32,6 +32,7 @@ from pathlib import Path
 HOOKED = {
     "cuMemAllocAsync", "cuMemFreeAsync", "cuStreamDestroy", "cuStreamBeginCapture",
     "cuStreamBeginCaptureToGraph", "cuStreamEndCapture", "cuGetProcAddress",
+    "cuStreamSynchronize",  # progress_ops.h (notes the per-thread stream itself)
     "cuGraphInstantiateWithParams",  # graph_entry_points.cpp (notes hUploadStream)
 }
 

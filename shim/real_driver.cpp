@@ -112,6 +112,8 @@ void resolve_all(RealDriver* d) {
   resolve(h, &d->cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync_v2");
   resolve(h, &d->cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2");
   resolve(h, &d->cuStreamSynchronize, "cuStreamSynchronize");
+  resolve(h, &d->cuStreamSynchronize_ptsz, "cuStreamSynchronize_ptsz");
+  resolve(h, &d->cuCtxSynchronize_v2, "cuCtxSynchronize_v2");
 }
 
 // What the shim cannot work without: the allocation pair, contexts, events.

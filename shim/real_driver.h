@@ -122,6 +122,9 @@ struct RealDriver {
   PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync_v2 = nullptr;
   PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync_v2 = nullptr;
   PFN_cuStreamSynchronize_v2000 cuStreamSynchronize = nullptr;
+  // optional: the program's own waits, hooked (progress_ops.h)
+  PFN_cuStreamSynchronize_v7000_ptsz cuStreamSynchronize_ptsz = nullptr;
+  PFN_cuCtxSynchronize_v13000 cuCtxSynchronize_v2 = nullptr;
 };
 
 // The table, loaded on first call; nullptr when libcuda.so.1 cannot be

@@ -36,6 +36,11 @@ class StreamSet {
     count_.store(ids_.size(), std::memory_order_relaxed);
   }
   std::size_t size() const { return count_.load(std::memory_order_relaxed); }
+  bool contains(StreamId id) const {
+    if (size() == 0) return false;
+    std::lock_guard lock(mutex_);
+    return std::find(ids_.begin(), ids_.end(), id) != ids_.end();
+  }
 
   // Calls fn(StreamId) for every stream, holding the lock throughout: no
   // stream of the set is destroyed meanwhile.  Stops at the first fn that

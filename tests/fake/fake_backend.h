@@ -57,6 +57,25 @@ class FakeBackend final : public DeviceBackend {
       if (ev.recorded && ev.stream == stream) mark_done(ev);
     note_fences();
   }
+  // The program waited for `stream` (cuStreamSynchronize): its work so far
+  // completed, so did whatever it had waited for and the events recorded
+  // on it.
+  void program_synchronized(StreamId stream) {
+    complete_events_on(stream);
+    Event now;
+    now.recorded = true;
+    now.stream = stream;
+    now.at = ++clock_;
+    if (auto it = order_.find(stream); it != order_.end()) now.covers = it->second;
+    mark_done(now);
+  }
+  // The program waited for the whole device (cuCtxSynchronize): as
+  // synchronize_device, but not the allocator's (device_syncs unchanged).
+  void program_synchronized_all() {
+    const int syncs = device_syncs;
+    synchronize_device();
+    device_syncs = syncs;
+  }
   // Sets the memory that someone else holds on the device.
   void set_foreign_usage(std::size_t bytes) { foreign_ = bytes; }
 

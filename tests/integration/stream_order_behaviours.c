@@ -477,6 +477,68 @@ static int cross_stream_take(int on) {
 static int cross_stream_reuse(void) { return cross_stream_take(1); }
 static int cross_stream_reuse_off(void) { return cross_stream_take(0); }
 
+/* The program's own waits (shim/progress_ops.h), through this route's
+ * cuStreamSynchronize and cuCtxSynchronize: a block freed on a stream
+ * before the program synchronized it is idle on the device, and another
+ * stream takes it with no event waited for.  A blocking stream's wait
+ * records one event on it first (legacy work it relied on runs before
+ * that record, not necessarily before its synchronize returns).  With
+ * cross_stream_reuse:false nothing is recorded at all. */
+static int cross_stream_after_sync(void) {
+  const char* conf = getenv("CACHALLOC_CONF");
+  const int on = !(conf != NULL && strstr(conf, "cross_stream_reuse:false") != NULL);
+  PFN_cuStreamSynchronize_v2000 sync = A->entry("cuStreamSynchronize", 2000, 0, "cuStreamSynchronize");
+  CHECK(sync != NULL);
+  CUstream s1, s2, b;
+  CUdeviceptr p = 0, q = 0, r = 0, x = 0;
+  CHECK_CU(A->stream_create(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(A->stream_create(&b, 0)); /* blocking */
+  CHECK_CU(A->mem_alloc_async(&p, 16 * MiB, s1));
+  CHECK_CU(A->mem_alloc_async(&x, 16 * MiB, b));
+  CHECK_CU(A->mem_free_async(p, s1));
+  struct fake_cuda_stats_t s0 = stats();
+  CHECK_CU(sync(s1));
+  CHECK(stats().event_record == s0.event_record); /* non-blocking: nothing recorded */
+  s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&q, 16 * MiB, s2));
+  if (!on) {
+    CHECK(q != p && stats().mem_alloc == s0.mem_alloc + 1);
+    CHECK_CU(A->mem_free_async(q, s2));
+    CHECK_CU(A->mem_free_async(x, b));
+    CHECK_CU(A->stream_destroy(b));
+    CHECK_CU(A->stream_destroy(s2));
+    CHECK_CU(A->stream_destroy(s1));
+    return 0;
+  }
+  CHECK(q == p);
+  CHECK(stats().mem_alloc == s0.mem_alloc);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event); /* no wait: idle */
+  CHECK(stats().ctx_sync == s0.ctx_sync && stats().event_sync == s0.event_sync);
+  /* A blocking stream: one record before its synchronize, then idle too. */
+  CHECK_CU(A->mem_free_async(x, b));
+  s0 = stats();
+  CHECK_CU(sync(b));
+  CHECK(stats().event_record == s0.event_record + 1);
+  s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&r, 16 * MiB, s2));
+  CHECK(r == x);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event);
+  /* A context synchronize covers every stream. */
+  CHECK_CU(A->mem_free_async(r, s2));
+  CHECK_CU(A->ctx_synchronize());
+  s0 = stats();
+  CHECK_CU(A->mem_alloc_async(&r, 16 * MiB, s1));
+  CHECK(r == x);
+  CHECK(stats().stream_wait_event == s0.stream_wait_event);
+  CHECK_CU(A->mem_free_async(q, s2));
+  CHECK_CU(A->mem_free_async(r, s1));
+  CHECK_CU(A->stream_destroy(b));
+  CHECK_CU(A->stream_destroy(s2));
+  CHECK_CU(A->stream_destroy(s1));
+  return 0;
+}
+
 /* No cross-stream reuse while a capture is in flight (on another stream,
  * relaxed): a record or a wait there could join or break it.  s2's request
  * grows, no event is recorded or waited for, the capture stays valid; after
@@ -671,6 +733,7 @@ static const struct {
   {"cross_stream_server", cross_stream_server},
   {"cross_stream_reuse", cross_stream_reuse},
   {"cross_stream_reuse_off", cross_stream_reuse_off},
+  {"cross_stream_after_sync", cross_stream_after_sync},
   {"cross_stream_during_capture", cross_stream_during_capture},
   {"cross_stream_per_thread_donor", cross_stream_per_thread_donor},
   {"cross_stream_plain_takes_nothing", cross_stream_plain_takes_nothing},

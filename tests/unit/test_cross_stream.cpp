@@ -126,6 +126,115 @@ TEST_CASE("cross-stream: a block freed before its stream's completed mark goes t
   }
 }
 
+// The program's own waits (the shim's synchronize hooks): a stream
+// synchronize that returned shows the device past everything freed on that
+// stream before it began, a context synchronize past everything freed on
+// any, so steals of such blocks need no order, and cost no driver call.
+TEST_CASE("cross-stream: a block freed before the program synchronized its stream goes to another with no wait") {
+  AllocFixture f;
+  ReuseOracle oracle(f.backend);
+  const DevicePtr x = f.malloc(16 * MiB, kS1);
+  const DevicePtr y = f.malloc(16 * MiB, kS1);
+  const DevicePtr w = f.malloc(16 * MiB, kS3);
+  oracle.freeing(x, 16 * MiB, kS1, {});
+  f.free(x);
+  const auto point = f.alloc->progress_point(kS1, false);  // a non-blocking S1: no mark
+  CHECK(point.valid);
+  CHECK(f.backend.mark_records == 0);
+  SECTION("the wait returned: x goes with no order; y, freed after the point, is ordered") {
+    oracle.freeing(y, 16 * MiB, kS1, {});
+    f.free(y);  // freed while the synchronize ran: not covered
+    f.backend.program_synchronized(kS1);
+    f.alloc->stream_synced(kS1, point);
+    const int queries = f.backend.event_queries;
+    const DevicePtr a = f.malloc(16 * MiB, kS2);
+    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+    CHECK(a == x);
+    CHECK(f.backend.order_waits == 0);
+    CHECK(f.backend.event_queries == queries);  // known, not asked
+    CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+    const DevicePtr b = f.malloc(16 * MiB, kS3);
+    CHECK(oracle.check(b, 16 * MiB, kS3).empty());
+    CHECK(b == y);
+    CHECK(f.backend.order_waits == 1);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+  }
+  SECTION("the wait failed (not reported): ordered") {
+    const DevicePtr a = f.malloc(16 * MiB, kS2);
+    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+    CHECK(f.backend.order_waits == 1);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 0);
+  }
+  SECTION("another stream's synchronize says nothing of S1's blocks") {
+    f.backend.program_synchronized(kS3);
+    f.alloc->stream_synced(kS3, point);
+    const DevicePtr a = f.malloc(16 * MiB, kS2);
+    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+    CHECK(f.backend.order_waits == 1);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 0);
+  }
+  SECTION("a context synchronize covers every stream") {
+    oracle.freeing(w, 16 * MiB, kS3, {});
+    f.free(w);
+    const auto all = f.alloc->context_progress_point();
+    f.backend.program_synchronized_all();
+    f.alloc->all_synced(all);
+    for (StreamId taker : {kS2, StreamId{0x4000}}) {
+      const DevicePtr a = f.malloc(16 * MiB, taker);
+      CHECK(oracle.check(a, 16 * MiB, taker).empty());
+    }
+    CHECK(f.backend.order_waits == 0);
+    CHECK(f.backend.device_syncs == 0);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 2);
+  }
+}
+
+// A blocking stream: legacy work a free on it relied on runs before any
+// later record on it, not necessarily before its synchronize returns.  So
+// the point records a mark first, and a refused mark reports nothing.
+TEST_CASE("cross-stream: a blocking stream's synchronize counts through a mark recorded before it") {
+  AllocFixture f;
+  ReuseOracle oracle(f.backend);
+  const DevicePtr x = f.malloc(16 * MiB, kS1);
+  oracle.freeing(x, 16 * MiB, kS1, {});
+  f.free(x);
+  SECTION("recorded: covered") {
+    const auto point = f.alloc->progress_point(kS1, true);
+    CHECK(point.valid);
+    CHECK(f.backend.mark_records == 1);
+    f.backend.program_synchronized(kS1);
+    f.alloc->stream_synced(kS1, point);
+    const int queries = f.backend.event_queries;
+    const DevicePtr a = f.malloc(16 * MiB, kS2);
+    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+    CHECK(a == x);
+    CHECK(f.backend.order_waits == 0);
+    CHECK(f.backend.event_queries == queries);  // the mark left the ring at the report
+    CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+  }
+  SECTION("refused (a capture in flight): nothing reported") {
+    f.backend.refuse_orders(true);
+    const auto point = f.alloc->progress_point(kS1, true);
+    CHECK_FALSE(point.valid);
+    f.backend.program_synchronized(kS1);
+    f.alloc->stream_synced(kS1, point);
+    f.backend.refuse_orders(false);
+    const DevicePtr a = f.malloc(16 * MiB, kS2);
+    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+    CHECK(f.backend.order_waits == 1);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 0);
+  }
+}
+
+TEST_CASE("cross-stream: with no cross-stream reuse a synchronize costs nothing") {
+  AllocFixture f(reuse_off());
+  f.free(f.malloc(16 * MiB, kS1));
+  const auto point = f.alloc->progress_point(kS1, true);
+  CHECK_FALSE(point.valid);
+  CHECK(f.backend.mark_records == 0);
+  CHECK_FALSE(f.alloc->context_progress_point().valid);
+}
+
 TEST_CASE("cross-stream: an idle block of another stream comes before a smaller one that needs a wait") {
   AllocFixture f;
   const DevicePtr big = f.malloc(32 * MiB, kS1);
