@@ -365,7 +365,7 @@ class CachingAllocator {
                             std::span<const StreamId> refused, bool whole);
   Status order_after(StreamId waiter, StreamId donor, bool* donor_refused);
   bool idle_on_device(const Block* b);
-  std::uint64_t idle_below(StreamId stream, int pool);
+  std::uint64_t idle_below(StreamId stream, int pool) const;
   void push_mark(StreamId stream, EventId recorded);
   struct StreamMarks;
   void drain_marks(StreamMarks& m, int pool, std::uint64_t stamp);

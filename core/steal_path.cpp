@@ -148,7 +148,7 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
 // whole segment.  A block idle on the device comes first, whatever its
 // size: it costs no wait, and whichever is taken, the memory is already
 // the cache's.  So where a stream's best fit is busy, its best idle fit is
-// looked for too (idle_below: no query for what is known).
+// looked for too, among what is known idle (idle_below).
 Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
                                             std::span<const StreamId> refused, bool whole) {
   Block* best = nullptr;
@@ -312,15 +312,14 @@ void CachingAllocator::all_synced(const ProgressPoint& point) {
   for (int pool : {0, 1}) all_done_[pool] = std::max(all_done_[pool], point.below[pool]);
 }
 
-// The stamp below which `stream`'s free blocks of pool `pool` are idle:
-// what a context synchronize or its completed marks showed (its pending
-// marks queried, oldest first, until one is not complete).
-std::uint64_t CachingAllocator::idle_below(StreamId stream, int pool) {
+// The stamp below which `stream`'s free blocks of pool `pool` are known to
+// be idle: what a synchronize or its completed marks showed.  No query: a
+// miss looks at every other stream, and asking each one's marks measured
+// twice the driver calls per free on the GPU's request server for no more
+// idle reuses (docs/BENCHMARKS.md section 8).
+std::uint64_t CachingAllocator::idle_below(StreamId stream, int pool) const {
   std::uint64_t below = all_done_[pool];
-  if (auto it = stream_marks_.find(stream); it != stream_marks_.end()) {
-    drain_marks(it->second, pool, ~std::uint64_t{0});
-    below = std::max(below, it->second.done[pool]);
-  }
+  if (auto it = stream_marks_.find(stream); it != stream_marks_.end()) below = std::max(below, it->second.done[pool]);
   return below;
 }
 
