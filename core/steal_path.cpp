@@ -109,6 +109,13 @@ namespace {
 // smallest first, from the request's size up): a bound on a miss's work
 // where a stream holds many free fragments.
 constexpr int kWholeSearchVisits = 64;
+
+// `bins`' best fit stamped below `below` (known idle) that may be taken.
+template <typename MayTake>
+Block* best_idle_fit(const StreamBins& bins, std::size_t size, std::uint64_t below, MayTake&& may_take) {
+  if (below == 0) return nullptr;
+  return bins.best_fit_if(size, kWholeSearchVisits, [&](const Block* x) { return x->gc_stamp < below && may_take(x); });
+}
 }  // namespace
 
 // A block of another stream for `size` bytes (already rounded) on `stream`,
@@ -148,10 +155,15 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
 // whole segment.  A block idle on the device comes first, whatever its
 // size: it costs no wait, and whichever is taken, the memory is already
 // the cache's.  So where a stream's best fit is busy, its best idle fit is
-// looked for too, among what is known idle (idle_below).
+// looked for too, among what is known idle (idle_below).  Of busy ones,
+// the donor the device is known to have run furthest (its last
+// synchronize or completed mark, on the common clock) comes first: the
+// wait is for its work queued since, the least of any donor's.
 Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
                                             std::span<const StreamId> refused, bool whole) {
+  const int pool_index = &pool == &small_pool_ ? 0 : 1;
   Block* best = nullptr;
+  std::uint64_t best_progress = 0;
   Block* best_idle = nullptr;
   const auto better = [](const Block* b, const Block* than) {
     return than == nullptr || b->size < than->size || (b->size == than->size && than->is_split() && !b->is_split());
@@ -166,17 +178,20 @@ Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t s
       return;
     Block* b = whole ? bins->best_fit_if(size, kWholeSearchVisits, may_take) : bins->best_fit(size);
     if (b == nullptr || !split_rules_allow(b, size)) return;
-    if (better(b, best)) best = b;
-    if (!better(b, best_idle)) return;  // nothing of this stream's beats the idle one found
-    if (idle_on_device(b)) {
-      best_idle = b;
-      return;
+    if (better(b, best_idle)) {  // else nothing of this stream's beats the idle one found
+      if (idle_on_device(b)) {
+        best_idle = b;
+        return;
+      }
+      if (Block* idle = best_idle_fit(*bins, size, idle_below(s, pool_index), may_take);
+          idle != nullptr && better(idle, best_idle))
+        best_idle = idle;
     }
-    const std::uint64_t below = idle_below(s, &pool == &small_pool_ ? 0 : 1);
-    if (below == 0) return;
-    Block* idle = bins->best_fit_if(size, kWholeSearchVisits,
-                                    [&](const Block* x) { return x->gc_stamp < below && may_take(x); });
-    if (idle != nullptr && better(idle, best_idle)) best_idle = idle;
+    const std::uint64_t progress = idle_below(s, pool_index);
+    if (best == nullptr || progress > best_progress || (progress == best_progress && better(b, best))) {
+      best = b;
+      best_progress = progress;
+    }
   });
   return best_idle != nullptr ? best_idle : best;
 }

@@ -226,6 +226,30 @@ TEST_CASE("cross-stream: a blocking stream's synchronize counts through a mark r
   }
 }
 
+// Of donors whose memory is busy, the wait is for the donor's work queued
+// since the device was last known to be through it: the donor known
+// furthest on goes first, before a smaller fit of one never seen.
+TEST_CASE("cross-stream: of busy donors, the one the device is known to have run furthest goes first") {
+  AllocFixture f;
+  ReuseOracle oracle(f.backend);
+  const DevicePtr small = f.malloc(16 * MiB, kS1);
+  const DevicePtr big = f.malloc(32 * MiB, kS3);
+  const auto point = f.alloc->progress_point(kS3, false);
+  f.backend.program_synchronized(kS3);
+  f.alloc->stream_synced(kS3, point);  // S3 synchronized while `big` was live
+  const std::uint64_t freed_at = f.backend.now();
+  oracle.freeing(small, 16 * MiB, kS1, {});
+  f.free(small);
+  oracle.freeing(big, 32 * MiB, kS3, {});
+  f.free(big);
+  const DevicePtr a = f.malloc(16 * MiB, kS2);
+  CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+  CHECK(a == big);
+  check_waited(f.backend, kS2, kS3, freed_at);
+  CHECK(f.stats().num_idle_cross_stream_reuses == 0);
+  CHECK(f.backend.alloc_calls == 2);
+}
+
 TEST_CASE("cross-stream: with no cross-stream reuse a synchronize costs nothing") {
   AllocFixture f(reuse_off());
   f.free(f.malloc(16 * MiB, kS1));
