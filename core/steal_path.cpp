@@ -59,7 +59,8 @@
 //
 // What is taken (cross_stream_reuse):
 //  * segments (the default): the smallest whole free segment (its one free
-//    block; plain, untagged) of any other stream that holds the request.
+//    block; plain, untagged) of any other stream that holds the request
+//    (idle ones, then busy donors by known progress: best_fit_elsewhere).
 //    It moves to B: the segment, its block and its bins become B's, so
 //    that B's later frees reuse it at once in B's order, as if B had made
 //    it.  An expandable reservation (one per stream and pool) never moves.
