@@ -167,7 +167,8 @@ class CachingAllocator {
   // point, for a stream the legacy stream orders (blocking, legacy,
   // per-thread): its own synchronize need not wait for legacy work that a
   // free on it relied on, while a record on it does.  An invalid point
-  // (no steals, or the mark refused) reports nothing, nor does a wait that
+  // (no steal possible: reuse off, or no pool where two streams have had
+  // segments; or the mark refused) reports nothing, nor does a wait that
   // failed.
   struct ProgressPoint {
     std::uint64_t below[2] = {};  // the pools' lookup counts (small, large)
@@ -371,6 +372,7 @@ class CachingAllocator {
   void drain_marks(StreamMarks& m, int pool, std::uint64_t stamp);
   bool mark_progress(StreamId stream);
   ProgressPoint point_now();
+  bool progress_useful() const;
   void settle_marks(StreamMarks& m, const ProgressPoint& point);
   void drop_mark(StreamId stream);
   void drop_all_marks();

@@ -219,6 +219,8 @@ class FreeIndex {
     --count_;
   }
   std::size_t size() const { return count_; }
+  // Streams that have had untagged segments in this pool.
+  std::size_t stream_count() const { return by_stream_.size(); }
 
   // Every free block (rare paths: release, garbage collection, reports).
   std::vector<Block*> all() const {

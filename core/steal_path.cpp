@@ -293,15 +293,22 @@ CachingAllocator::ProgressPoint CachingAllocator::point_now() {
   return ProgressPoint{{++small_pool_.lookups, ++large_pool_.lookups}, true};
 }
 
+// Only while a steal is possible: in a pool where two streams have had
+// segments (a program of one stream pays no record at its synchronizes).
+bool CachingAllocator::progress_useful() const {
+  return steals_possible_ &&
+         (small_pool_.blocks.stream_count() >= 2 || large_pool_.blocks.stream_count() >= 2);
+}
+
 CachingAllocator::ProgressPoint CachingAllocator::progress_point(StreamId stream, bool mark_first) {
   std::lock_guard lock(mutex_);
-  if (!steals_possible_ || (mark_first && !mark_progress(stream))) return {};
+  if (!progress_useful() || (mark_first && !mark_progress(stream))) return {};
   return point_now();
 }
 
 CachingAllocator::ProgressPoint CachingAllocator::context_progress_point() {
   std::lock_guard lock(mutex_);
-  return steals_possible_ ? point_now() : ProgressPoint{};
+  return progress_useful() ? point_now() : ProgressPoint{};
 }
 
 // The wait that began at `point` returned: marks recorded before it are

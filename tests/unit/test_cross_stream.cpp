@@ -195,6 +195,7 @@ TEST_CASE("cross-stream: a block freed before the program synchronized its strea
 TEST_CASE("cross-stream: a blocking stream's synchronize counts through a mark recorded before it") {
   AllocFixture f;
   ReuseOracle oracle(f.backend);
+  f.malloc(2 * MiB, kS3);  // a second stream with a segment: steals are possible
   const DevicePtr x = f.malloc(16 * MiB, kS1);
   oracle.freeing(x, 16 * MiB, kS1, {});
   f.free(x);
@@ -250,13 +251,26 @@ TEST_CASE("cross-stream: of busy donors, the one the device is known to have run
   CHECK(f.backend.alloc_calls == 2);
 }
 
-TEST_CASE("cross-stream: with no cross-stream reuse a synchronize costs nothing") {
-  AllocFixture f(reuse_off());
-  f.free(f.malloc(16 * MiB, kS1));
-  const auto point = f.alloc->progress_point(kS1, true);
-  CHECK_FALSE(point.valid);
-  CHECK(f.backend.mark_records == 0);
-  CHECK_FALSE(f.alloc->context_progress_point().valid);
+TEST_CASE("cross-stream: with no cross-stream reuse, or one stream, a synchronize costs nothing") {
+  SECTION("reuse off") {
+    AllocFixture f(reuse_off());
+    f.free(f.malloc(16 * MiB, kS1));
+    f.free(f.malloc(16 * MiB, kS2));
+    CHECK_FALSE(f.alloc->progress_point(kS1, true).valid);
+    CHECK(f.backend.mark_records == 0);
+    CHECK_FALSE(f.alloc->context_progress_point().valid);
+  }
+  SECTION("one stream has had segments: no steal possible yet") {
+    AllocFixture f;
+    f.free(f.malloc(16 * MiB, kS1));
+    f.free(f.malloc(1024, kS1));
+    CHECK_FALSE(f.alloc->progress_point(kS1, true).valid);
+    CHECK(f.backend.mark_records == 0);
+    CHECK_FALSE(f.alloc->context_progress_point().valid);
+    f.malloc(16 * MiB, kS2);  // a second stream: now there is
+    CHECK(f.alloc->progress_point(kS1, true).valid);
+    CHECK(f.backend.mark_records == 1);
+  }
 }
 
 TEST_CASE("cross-stream: an idle block of another stream comes before a smaller one that needs a wait") {
