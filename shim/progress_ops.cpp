@@ -6,15 +6,18 @@
 #include "context_registry.h"
 #include "driver_ops.h"
 #include "process_state.h"
+#include "real_driver.h"
 #include "stream_ids.h"
 
 namespace cachalloc::shim {
 namespace {
 
-// The context state to tell, or nullptr (see progress_ops.h).
+// The context state to tell, or nullptr (see progress_ops.h).  Never made
+// here: a context the cache has not served has nothing to tell.
 ContextState* state_to_tell(CUcontext ctx) {
   if (!serving(mode_now()) || capture_in_flight()) return nullptr;
-  return ctx != nullptr ? live_state_of(ctx) : current_context_state();
+  if (ctx == nullptr && (real_driver()->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr)) return nullptr;
+  return live_state_of(ctx);
 }
 
 // A stream the legacy stream orders with (the legacy stream itself, a

@@ -7,8 +7,9 @@
 // A wait is passed to the driver unchanged, and its answer returned as is;
 // the cache only hears of a wait that succeeded, in the context it waited
 // in.  Nothing is told while a capture is in flight, for a stream of another
-// context, or when the shim is not serving: then the cache simply knows
-// less (a steal orders on the device instead).
+// context, in a context the cache has not served (no state is made for a
+// wait), or when the shim is not serving: then the cache simply knows less
+// (a steal orders on the device instead).
 //
 // What it may touch: the context registry and each context's
 // CachingAllocator by its progress calls; stream ids (stream_ids.h).
