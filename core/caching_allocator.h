@@ -374,6 +374,7 @@ class CachingAllocator {
   ProgressPoint point_now();
   bool progress_useful() const;
   void settle_marks(StreamMarks& m, const ProgressPoint& point);
+  void pop_mark(StreamMarks& m);
   void drop_mark(StreamId stream);
   void drop_all_marks();
   Block* take_stolen(BlockPool& pool, Block* block, StreamId stream);

@@ -179,16 +179,14 @@ Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t s
       return;
     Block* b = whole ? bins->best_fit_if(size, kWholeSearchVisits, may_take) : bins->best_fit(size);
     if (b == nullptr || !split_rules_allow(b, size)) return;
-    if (better(b, best_idle)) {  // else nothing of this stream's beats the idle one found
-      if (idle_on_device(b)) {
-        best_idle = b;
-        return;
-      }
-      if (Block* idle = best_idle_fit(*bins, size, idle_below(s, pool_index), may_take);
-          idle != nullptr && better(idle, best_idle))
-        best_idle = idle;
+    if (better(b, best_idle) && idle_on_device(b)) {
+      best_idle = b;
+      return;
     }
-    const std::uint64_t progress = idle_below(s, pool_index);
+    const std::uint64_t progress = idle_below(s, pool_index);  // after idle_on_device's queries
+    if (better(b, best_idle))  // else nothing of this stream's beats the idle one found
+      if (Block* idle = best_idle_fit(*bins, size, progress, may_take); idle != nullptr && better(idle, best_idle))
+        best_idle = idle;
     if (best == nullptr || progress > best_progress || (progress == best_progress && better(b, best))) {
       best = b;
       best_progress = progress;
@@ -235,6 +233,13 @@ void CachingAllocator::push_mark(StreamId stream, EventId recorded) {
   m.below[slot][1] = ++large_pool_.lookups;
 }
 
+// The oldest pending mark leaves the ring, its event back to the pool.
+void CachingAllocator::pop_mark(StreamMarks& m) {
+  recycle_event(m.event[m.head]);
+  m.head = m.at(1);
+  --m.count;
+}
+
 // Pending marks that completed leave the ring, oldest first (a stream
 // completes them in record order), until one is not complete or a block of
 // pool `pool` stamped `stamp` is covered.  One query per mark looked at.
@@ -242,9 +247,7 @@ void CachingAllocator::drain_marks(StreamMarks& m, int pool, std::uint64_t stamp
   while (m.count != 0 && m.done[pool] <= stamp && backend_->event_query(m.event[m.head]) == kSuccess) {
     m.done[0] = std::max(m.done[0], m.below[m.head][0]);
     m.done[1] = std::max(m.done[1], m.below[m.head][1]);
-    recycle_event(m.event[m.head]);
-    m.head = m.at(1);
-    --m.count;
+    pop_mark(m);
   }
 }
 
@@ -314,11 +317,7 @@ CachingAllocator::ProgressPoint CachingAllocator::context_progress_point() {
 // The wait that began at `point` returned: marks recorded before it are
 // complete (the wait covered them), and blocks stamped below it are idle.
 void CachingAllocator::settle_marks(StreamMarks& m, const ProgressPoint& point) {
-  while (m.count != 0 && m.below[m.head][0] <= point.below[0]) {
-    recycle_event(m.event[m.head]);
-    m.head = m.at(1);
-    --m.count;
-  }
+  while (m.count != 0 && m.below[m.head][0] <= point.below[0]) pop_mark(m);
   for (int pool : {0, 1}) m.done[pool] = std::max(m.done[pool], point.below[pool]);
 }
 

@@ -47,6 +47,25 @@ void check_waited(const FakeBackend& b, StreamId waiter, StreamId donor, std::ui
   CHECK(b.stream_ordered_after(waiter, donor, freed_at));
 }
 
+// What the shim does around the program's synchronize of `stream` that
+// returned: the device has run it, and the cache is told.
+void program_synchronizes(AllocFixture& f, StreamId stream, const CachingAllocator::ProgressPoint& point) {
+  f.backend.program_synchronized(stream);
+  f.alloc->stream_synced(stream, point);
+}
+
+// A 16 MiB request on S2 takes `expected` with no order and no event query,
+// the first idle reuse.
+void takes_idle(AllocFixture& f, ReuseOracle& oracle, DevicePtr expected) {
+  const int queries = f.backend.event_queries;
+  const DevicePtr a = f.malloc(16 * MiB, kS2);
+  CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+  CHECK(a == expected);
+  CHECK(f.backend.order_waits == 0);
+  CHECK(f.backend.event_queries == queries);  // known, not asked
+  CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+}
+
 }  // namespace
 
 TEST_CASE("cross-stream: a freed segment reaches another stream only after it waits for the freeing stream's work") {
@@ -144,15 +163,8 @@ TEST_CASE("cross-stream: a block freed before the program synchronized its strea
   SECTION("the wait returned: x goes with no order; y, freed after the point, is ordered") {
     oracle.freeing(y, 16 * MiB, kS1, {});
     f.free(y);  // freed while the synchronize ran: not covered
-    f.backend.program_synchronized(kS1);
-    f.alloc->stream_synced(kS1, point);
-    const int queries = f.backend.event_queries;
-    const DevicePtr a = f.malloc(16 * MiB, kS2);
-    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
-    CHECK(a == x);
-    CHECK(f.backend.order_waits == 0);
-    CHECK(f.backend.event_queries == queries);  // known, not asked
-    CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+    program_synchronizes(f, kS1, point);
+    takes_idle(f, oracle, x);
     const DevicePtr b = f.malloc(16 * MiB, kS3);
     CHECK(oracle.check(b, 16 * MiB, kS3).empty());
     CHECK(b == y);
@@ -166,8 +178,7 @@ TEST_CASE("cross-stream: a block freed before the program synchronized its strea
     CHECK(f.stats().num_idle_cross_stream_reuses == 0);
   }
   SECTION("another stream's synchronize says nothing of S1's blocks") {
-    f.backend.program_synchronized(kS3);
-    f.alloc->stream_synced(kS3, point);
+    program_synchronizes(f, kS3, point);
     const DevicePtr a = f.malloc(16 * MiB, kS2);
     CHECK(oracle.check(a, 16 * MiB, kS2).empty());
     CHECK(f.backend.order_waits == 1);
@@ -203,22 +214,14 @@ TEST_CASE("cross-stream: a blocking stream's synchronize counts through a mark r
     const auto point = f.alloc->progress_point(kS1, true);
     CHECK(point.valid);
     CHECK(f.backend.mark_records == 1);
-    f.backend.program_synchronized(kS1);
-    f.alloc->stream_synced(kS1, point);
-    const int queries = f.backend.event_queries;
-    const DevicePtr a = f.malloc(16 * MiB, kS2);
-    CHECK(oracle.check(a, 16 * MiB, kS2).empty());
-    CHECK(a == x);
-    CHECK(f.backend.order_waits == 0);
-    CHECK(f.backend.event_queries == queries);  // the mark left the ring at the report
-    CHECK(f.stats().num_idle_cross_stream_reuses == 1);
+    program_synchronizes(f, kS1, point);
+    takes_idle(f, oracle, x);  // the mark left the ring at the report: no query
   }
   SECTION("refused (a capture in flight): nothing reported") {
     f.backend.refuse_orders(true);
     const auto point = f.alloc->progress_point(kS1, true);
     CHECK_FALSE(point.valid);
-    f.backend.program_synchronized(kS1);
-    f.alloc->stream_synced(kS1, point);
+    program_synchronizes(f, kS1, point);
     f.backend.refuse_orders(false);
     const DevicePtr a = f.malloc(16 * MiB, kS2);
     CHECK(oracle.check(a, 16 * MiB, kS2).empty());
@@ -236,8 +239,7 @@ TEST_CASE("cross-stream: of busy donors, the one the device is known to have run
   const DevicePtr small = f.malloc(16 * MiB, kS1);
   const DevicePtr big = f.malloc(32 * MiB, kS3);
   const auto point = f.alloc->progress_point(kS3, false);
-  f.backend.program_synchronized(kS3);
-  f.alloc->stream_synced(kS3, point);  // S3 synchronized while `big` was live
+  program_synchronizes(f, kS3, point);  // while `big` was live
   const std::uint64_t freed_at = f.backend.now();
   oracle.freeing(small, 16 * MiB, kS1, {});
   f.free(small);
