@@ -62,7 +62,7 @@ def med(v): return statistics.median(v) if v else float("nan")
 for mode in ("async-own", "async-per-thread", "plain"):
     rows = {}
     for name in names:
-        rps, peak, bad, reuses, idle, cpf = [], [], 0, [], [], []
+        rps, peak, bad, reuses, idle, marked, cpf = [], [], 0, [], [], [], []
         for path in sorted(glob.glob(f"{out}/{mode}.{name}.*.txt")):
             m = line.search(open(path, errors="replace").read())
             if not m:
@@ -74,20 +74,21 @@ for mode in ("async-own", "async-per-thread", "plain"):
                 d = json.load(open(js))
                 st = d["devices"][0]["stats"] if d.get("devices") else {}
                 reuses.append(st.get("num_cross_stream_reuses", 0)); idle.append(st.get("num_idle_cross_stream_reuses", 0))
+                marked.append(st.get("num_marked_cross_stream_reuses", 0))
                 calls = d["interposer"]["calls"]
                 frees = sum(v for k, v in calls.items() if "Free" in k and "Host" not in k)
                 cpf.append(d["interposer"]["driver_calls"] / frees if frees else 0)
-        rows[name] = (rps, peak, bad, reuses, idle, cpf)
+        rows[name] = (rps, peak, bad, reuses, idle, marked, cpf)
     base = rows.get("bare")
     print(f"\n{mode}: requests/s and NVML peak above the context, median (min-max) of {len(base[0]) if base else 0} rounds; ratios to bare")
-    print("| contender | requests/s | x bare | peak MiB | x bare | wrong words | cross-stream reuses (idle) | driver calls per free |")
+    print("| contender | requests/s | x bare | peak MiB | x bare | wrong words | cross-stream reuses (idle, at a free's mark) | driver calls per free |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, (rps, peak, bad, reuses, idle, cpf) in rows.items():
+    for name, (rps, peak, bad, reuses, idle, marked, cpf) in rows.items():
         if not rps:
             print(f"| {name} | no result | | | | {bad} | | |"); continue
         r_ratio = med(rps) / med(base[0]) if base and base[0] else float("nan")
         p_ratio = med(peak) / med(base[1]) if base and base[1] and med(base[1]) else float("nan")
-        xs = f"{med(reuses):.0f} ({med(idle):.0f})" if reuses else "-"
+        xs = f"{med(reuses):.0f} ({med(idle):.0f}, {med(marked):.0f})" if reuses else "-"
         c = f"{med(cpf):.3f}" if cpf else "-"
         print(f"| {name} | {med(rps):,.0f} ({min(rps):,.0f}-{max(rps):,.0f}) | {r_ratio:.2f} | {med(peak):,.0f} ({min(peak):,.0f}-{max(peak):,.0f}) | {p_ratio:.2f} | {bad} | {xs} | {c} |")
 PY

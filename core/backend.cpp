@@ -25,6 +25,7 @@ void DeviceBackend::fence_destroy(FenceId fence) { event_destroy(fence); }
 Status DeviceBackend::fence_join(FenceId) { return kNotSupported; }
 Status DeviceBackend::order_streams(StreamId, StreamId, EventId, StreamId*) { return kNotSupported; }
 Status DeviceBackend::mark_stream(EventId, StreamId) { return kNotSupported; }
+Status DeviceBackend::wait_event(StreamId, EventId) { return kNotSupported; }
 
 Status DeviceBackend::host_alloc(std::size_t, void** out) {
   *out = nullptr;

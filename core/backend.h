@@ -80,6 +80,10 @@ class DeviceBackend {
   // capture, kInvalidValue for a stream it cannot name, kNotSupported by
   // default).
   virtual Status mark_stream(EventId event, StreamId stream);
+  // Makes all work enqueued on `waiter` from now on wait, on the device,
+  // for `event`, a mark recorded earlier (mark_stream): cuStreamWaitEvent
+  // alone.  The same refusals as order_streams, for the waiter.
+  virtual Status wait_event(StreamId waiter, EventId event);
 
   // Virtual-memory primitives for expandable segments: reserve an address
   // range, create physical chunks, map/unmap them.  A mapping starts with no

@@ -363,8 +363,9 @@ class CachingAllocator {
   // work on the device.
   Block* steal_block(BlockPool& pool, std::size_t size, StreamId stream);
   Block* best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
-                            std::span<const StreamId> refused, bool whole);
+                            std::span<const StreamId> refused, bool whole, bool* idle);
   Status order_after(StreamId waiter, StreamId donor, bool* donor_refused);
+  bool wait_on_mark(StreamId waiter, const Block* b);
   bool idle_on_device(const Block* b);
   std::uint64_t idle_below(StreamId stream, int pool) const;
   void push_mark(StreamId stream, EventId recorded);

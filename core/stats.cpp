@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStat
   out.emplace_back("num_thread_fence_polls_not_ready", s.num_thread_fence_polls_not_ready);
   out.emplace_back("num_cross_stream_reuses", s.num_cross_stream_reuses);
   out.emplace_back("num_idle_cross_stream_reuses", s.num_idle_cross_stream_reuses);
+  out.emplace_back("num_marked_cross_stream_reuses", s.num_marked_cross_stream_reuses);
   add_stat(out, "deferred_free_bytes", s.deferred_free_bytes);
   add_stat(out, "capture_held_bytes", s.capture_held_bytes);
   return out;

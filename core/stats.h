@@ -107,6 +107,10 @@ struct SharedStats {
   // Of those, the ones that needed no wait: the device had already run the
   // donor stream past the block's free (a donor mark seen complete).
   std::int64_t num_idle_cross_stream_reuses = 0;
+  // Of the others, the ones that waited for a pending mark of the donor
+  // recorded after the block's free (its work up to that record), not for
+  // all its work so far.
+  std::int64_t num_marked_cross_stream_reuses = 0;
   Stat deferred_free_bytes;
   // Bytes the program freed that graph captures still hold (ledger_owners.cpp):
   // counted as allocated too, since the graphs still use them.

@@ -31,7 +31,9 @@
 // a mark of A is seen complete (queried oldest first, then remembered),
 // every block stamped below it is idle on the device and any stream takes
 // it with no order and no driver call but the query (idle_on_device;
-// num_idle_cross_stream_reuses).  No stamp of its own, so the free path
+// num_idle_cross_stream_reuses).  A busy block that a pending mark already
+// covers is taken after that mark: one wait, no new record, and only A's
+// work up to the mark (wait_on_mark; num_marked_cross_stream_reuses).  No stamp of its own, so the free path
 // pays nothing.  Idle blocks are preferred over smaller busy ones: both
 // are memory the cache already holds, and only the busy one costs a wait.
 // Measured on an H200
@@ -133,12 +135,17 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
   const bool lend = config_.cross_stream_reuse == CrossStream::blocks;
   std::vector<StreamId> refused;
   for (;;) {
-    Block* b = best_fit_elsewhere(pool, size, stream, refused, true);
-    if (b == nullptr && lend) b = best_fit_elsewhere(pool, size, stream, refused, false);
+    bool idle = false;
+    Block* b = best_fit_elsewhere(pool, size, stream, refused, true, &idle);
+    if (b == nullptr && lend) b = best_fit_elsewhere(pool, size, stream, refused, false, &idle);
     if (b == nullptr) return nullptr;
-    if (idle_on_device(b)) {
+    if (idle) {
       ++stats_.num_idle_cross_stream_reuses;
       mark_progress(b->stream);
+      return take_stolen(pool, b, stream);
+    }
+    if (wait_on_mark(stream, b)) {
+      ++stats_.num_marked_cross_stream_reuses;
       return take_stolen(pool, b, stream);
     }
     bool donor_refused = false;
@@ -159,9 +166,10 @@ Block* CachingAllocator::steal_block(BlockPool& pool, std::size_t size, StreamId
 // looked for too, among what is known idle (idle_below).  Of busy ones,
 // the donor the device is known to have run furthest (its last
 // synchronize or completed mark, on the common clock) comes first: the
-// wait is for its work queued since, the least of any donor's.
+// wait is for its work queued since, the least of any donor's.  *idle:
+// whether the block returned is idle (asked once: no second query).
 Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t size, StreamId stream,
-                                            std::span<const StreamId> refused, bool whole) {
+                                            std::span<const StreamId> refused, bool whole, bool* idle) {
   const int pool_index = &pool == &small_pool_ ? 0 : 1;
   Block* best = nullptr;
   std::uint64_t best_progress = 0;
@@ -192,6 +200,7 @@ Block* CachingAllocator::best_fit_elsewhere(const BlockPool& pool, std::size_t s
       best_progress = progress;
     }
   });
+  *idle = best_idle != nullptr;
   return best_idle != nullptr ? best_idle : best;
 }
 
@@ -216,6 +225,23 @@ Status CachingAllocator::order_after(StreamId waiter, StreamId donor, bool* dono
   }
   push_mark(donor, event);
   return kSuccess;
+}
+
+// Orders `waiter` after the oldest pending mark of busy block `b`'s stream
+// recorded after `b` became free (its below above b's gc_stamp): the wait
+// is for the donor's work up to that record, not for all its work so far
+// (order_after).  False, with nothing done, when no mark covers `b` or the
+// wait is refused (order_after then says why).
+bool CachingAllocator::wait_on_mark(StreamId waiter, const Block* b) {
+  auto it = stream_marks_.find(b->stream);
+  if (it == stream_marks_.end()) return false;
+  const StreamMarks& m = it->second;
+  const int pool = b->segment->small ? 0 : 1;
+  for (unsigned i = 0; i < m.count; ++i) {
+    const unsigned slot = m.at(i);
+    if (m.below[slot][pool] > b->gc_stamp) return backend_->wait_event(waiter, m.event[slot]) == kSuccess;
+  }
+  return false;
 }
 
 // `recorded` (recorded on `stream` just now) becomes the stream's newest

@@ -128,6 +128,18 @@ Status CudaBackend::mark_stream(EventId event, StreamId stream) {
   return status(CALL(cuEventRecord, as_event(event), s));
 }
 
+// A wait on a mark recorded earlier (core/steal_path.cpp, wait_on_mark):
+// refused as order_streams is, for the waiter.
+Status CudaBackend::wait_event(StreamId waiter, EventId event) {
+  if (detached()) [[unlikely]] return kContextDestroyed;
+  if (d_->cuStreamWaitEvent == nullptr) return kNotSupported;
+  CUstream w = nullptr;
+  if (!to_cu_stream(waiter, &w)) return kInvalidValue;
+  std::shared_lock gate(capture_gate());
+  if (capture_in_flight()) [[unlikely]] return kNotReady;
+  return status(CALL(cuStreamWaitEvent, w, as_event(event), 0));
+}
+
 CudaBackend::Fence* CudaBackend::take_fence() {
   if (spare_fences_.empty()) return new Fence;
   Fence* f = spare_fences_.back();

@@ -46,6 +46,7 @@ class CudaBackend final : public DeviceBackend {
   // (kInvalidValue).
   Status order_streams(StreamId waiter, StreamId donor, EventId event, StreamId* unnamed) override;
   Status mark_stream(EventId event, StreamId stream) override;
+  Status wait_event(StreamId waiter, EventId event) override;
 
   // A fence is one event that captures all the context's work enqueued so
   // far (cuCtxRecordEvent, CUDA 12.5), or, where the driver lacks or refuses

@@ -280,6 +280,26 @@ class FakeBackend final : public DeviceBackend {
     ++mark_records;
     return event_record(e, stream);
   }
+  // A wait on a mark recorded earlier: the waiter's clock takes the
+  // record's snapshot (covers, and the marked stream at the record's tick).
+  int mark_waits = 0;
+  Status wait_event(StreamId waiter, EventId e) override {
+    if (orders_unsupported_) return kNotSupported;
+    if (unnameable_.count(waiter) != 0) return kInvalidValue;
+    if (refuse_orders_ || refuse_fences_) return kNotReady;
+    const Event& ev = get(e);
+    if (!ev.recorded) return kInvalidValue;
+    ++mark_waits;
+    ++order_waits;
+    std::map<StreamId, std::uint64_t> covers = ev.covers;
+    covers[ev.stream] = std::max(covers[ev.stream], ev.at);
+    for (const auto& [s, t] : covers) {
+      std::uint64_t& mine = order_[waiter][s];
+      mine = std::max(mine, t);
+    }
+    order_log.push_back({waiter, ev.stream, e, ev.at, ++clock_});
+    return kSuccess;
+  }
   // Whether all work enqueued on `waiter` from now on runs after all work
   // enqueued on `donor` before tick t + 1 (see above).
   bool stream_ordered_after(StreamId waiter, StreamId donor, std::uint64_t t) const {

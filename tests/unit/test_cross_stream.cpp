@@ -675,3 +675,47 @@ TEST_CASE("cross-stream: a server whose device keeps up takes idle memory with n
   CHECK(idle > 0);
   CHECK(orders == reuses - idle);
 }
+
+// A busy block that a pending mark of its stream already covers (recorded
+// after its free, by an earlier steal): the steal waits on that mark, one
+// driver call and no new record, for the donor's work up to the mark only.
+TEST_CASE("cross-stream: a busy block covered by a pending mark of its stream is taken after that mark") {
+  AllocFixture f;
+  ReuseOracle oracle(f.backend);
+  const DevicePtr x = f.malloc(16 * MiB, kS1);
+  const DevicePtr y = f.malloc(16 * MiB, kS1);
+  const std::uint64_t freed_at = f.backend.now();
+  for (DevicePtr p : {x, y}) {
+    oracle.freeing(p, 16 * MiB, kS1, {});
+    f.free(p);
+  }
+  const DevicePtr a = f.malloc(16 * MiB, kS2);  // ordered: S1's mark, recorded here, covers x and y
+  CHECK(oracle.check(a, 16 * MiB, kS2).empty());
+  REQUIRE(f.backend.order_records == 1);
+  const std::uint64_t marked_at = f.backend.order_log.back().recorded_at;
+  SECTION("the mark is pending: waited on, not recorded again") {
+    const int queries = f.backend.event_queries;
+    const DevicePtr b = f.malloc(16 * MiB, kS3);
+    CHECK(oracle.check(b, 16 * MiB, kS3).empty());
+    CHECK((b == x || b == y));
+    CHECK(b != a);
+    check_waited(f.backend, kS3, kS1, freed_at);
+    CHECK(f.backend.order_log.back().recorded_at == marked_at);
+    CHECK(f.backend.order_records == 1);
+    CHECK(f.backend.mark_waits == 1);
+    CHECK(f.backend.event_queries == queries + 1);  // the mark, found busy, once
+    CHECK(f.stats().num_marked_cross_stream_reuses == 1);
+    CHECK(f.stats().num_idle_cross_stream_reuses == 0);
+    CHECK(f.backend.alloc_calls == 2);
+  }
+  SECTION("the taker cannot wait now (a capture): no steal, the cache grows") {
+    f.backend.refuse_orders(true);
+    const DevicePtr b = f.malloc(16 * MiB, kS3);
+    CHECK(oracle.check(b, 16 * MiB, kS3).empty());
+    CHECK(b != x);
+    CHECK(b != y);
+    CHECK(f.backend.mark_waits == 0);
+    CHECK(f.stats().num_cross_stream_reuses == 1);
+    CHECK(f.backend.alloc_calls == 3);
+  }
+}

@@ -59,9 +59,9 @@ TEST_CASE("flatten_stats uses torch.cuda.memory_stats() names, each once") {
   for (const auto& [k, v] : flat) CHECK(names.insert(k).second);
   // 9 arrays x 3 pools x 4 fields + 2 oversize x 4 + 6 scalars, then
   // cachalloc's own: 6 fence scalars, 2 of release_before_peak, 2 of
-  // release_remap, 2 of the thread caches, 2 of cross-stream reuse,
+  // release_remap, 2 of the thread caches, 3 of cross-stream reuse,
   // deferred_free_bytes x 4, capture_held_bytes x 4.
-  CHECK(flat.size() == 9 * 3 * 4 + 2 * 4 + 6 + 6 + 2 + 2 + 2 + 2 + 4 + 4);
+  CHECK(flat.size() == 9 * 3 * 4 + 2 * 4 + 6 + 6 + 2 + 2 + 2 + 3 + 4 + 4);
   for (const char* key : {"allocation.all.current", "segment.large_pool.peak", "active.small_pool.allocated",
                           "inactive_split.all.freed", "allocated_bytes.all.current", "reserved_bytes.all.peak",
                           "active_bytes.large_pool.current", "inactive_split_bytes.small_pool.current",
@@ -69,7 +69,7 @@ TEST_CASE("flatten_stats uses torch.cuda.memory_stats() names, each once") {
                           "oversize_allocations.current", "oversize_segments.peak", "num_sync_all_streams",
                           "num_device_alloc", "num_device_free", "max_split_size", "num_deferred_frees",
                           "num_fences", "num_fence_events", "num_fence_stream_queries", "num_fence_waits", "num_fence_joins", "num_peak_releases", "peak_release_bytes", "num_peak_remaps", "peak_remap_bytes", "num_cross_stream_reuses",
-                          "num_idle_cross_stream_reuses", "deferred_free_bytes.peak", "capture_held_bytes.current"})
+                          "num_idle_cross_stream_reuses", "num_marked_cross_stream_reuses", "deferred_free_bytes.peak", "capture_held_bytes.current"})
     CHECK(names.count(key) == 1);
   for (const auto& [k, v] : flat) {
     if (k == "allocated_bytes.small_pool.current") CHECK(v == 4096);
