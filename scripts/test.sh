@@ -127,7 +127,14 @@ sanitizer_skip='^(untouched_non_cuda_process|launcher|shim_exports_and_needed|fa
 #                               libtsan, which cannot be dlopen'ed into a
 #                               process that did not start with it ("cannot
 #                               allocate memory in static TLS block")
-tsan_skip='^(python_module|python_torch_memory|python_memory_saver)$'
+#   pause_shim_ cycle,          single-threaded programs: pause_shim.c starts
+#   resume_oom, random_faults,  no thread, nor does the shim for backups of up
+#   disk_*                      to 128 MiB (pause_shim_big_host_backup, whose
+#                               160 MiB backup fresh_pinned.cpp fills with
+#                               threads, stays).  ThreadSanitizer has nothing
+#                               to find there, and their copies took 225 of
+#                               its phase's 1,617 test seconds; ASan runs them
+tsan_skip='^(python_module|python_torch_memory|python_memory_saver|pause_shim_(cycle|resume_oom|random_faults|disk_.*))$'
 sanitizer_suites="unit integration hostile stress"
 # ThreadSanitizer: of the unit tests only suite 'threads', those that run
 # more than one thread (tests/unit/meson.build says why).

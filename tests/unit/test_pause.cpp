@@ -359,7 +359,7 @@ TEST_CASE("resume: a failure at any driver call loses nothing and leaks nothing"
   CHECK(n > 10);
 }
 
-TEST_CASE("pause: threads allocating in every tag while another pauses and resumes") {
+TEST_CASE("pause: threads allocating in every tag while another pauses and resumes", "[threads]") {
   PauseFixture f({}, 4 * GiB);
   f.alloc->set_tag_backup(kWeights, true);
   std::atomic<bool> stop{false};

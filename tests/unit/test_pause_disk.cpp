@@ -334,7 +334,7 @@ TEST_CASE("disk backup: the file primitives (POSIX) write and read at offsets an
   be.file_close(fd);
 }
 
-TEST_CASE("disk backup: threads allocate in other tags while a disk-backed tag pauses and resumes") {
+TEST_CASE("disk backup: threads allocate in other tags while a disk-backed tag pauses and resumes", "[threads]") {
   TempDir dir;
   PauseFixture f(disk_config(dir, 2 * MiB), 2 * GiB);
   f.alloc->set_tag_backup(kWeights, BackupMode::disk);
