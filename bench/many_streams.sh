@@ -81,7 +81,7 @@ for mode in ("async-own", "async-per-thread", "plain"):
         rows[name] = (rps, peak, bad, reuses, idle, marked, cpf)
     base = rows.get("bare")
     print(f"\n{mode}: requests/s and NVML peak above the context, median (min-max) of {len(base[0]) if base else 0} rounds; ratios to bare")
-    print("| contender | requests/s | x bare | peak MiB | x bare | wrong words | cross-stream reuses (idle, at a free's mark) | driver calls per free |")
+    print("| contender | requests/s | x bare | peak MiB | x bare | wrong words | cross-stream reuses (idle, at a pending mark) | driver calls per free |")
     print("|---|---|---|---|---|---|---|---|")
     for name, (rps, peak, bad, reuses, idle, marked, cpf) in rows.items():
         if not rps:

@@ -33,8 +33,8 @@
 // it with no order and no driver call but the query (idle_on_device;
 // num_idle_cross_stream_reuses).  A busy block that a pending mark already
 // covers is taken after that mark: one wait, no new record, and only A's
-// work up to the mark (wait_on_mark; num_marked_cross_stream_reuses).  No stamp of its own, so the free path
-// pays nothing.  Idle blocks are preferred over smaller busy ones: both
+// work up to the mark (wait_on_mark; num_marked_cross_stream_reuses).  No
+// stamp of its own, so the free path pays nothing.  Idle blocks are preferred over smaller busy ones: both
 // are memory the cache already holds, and only the busy one costs a wait.
 // Measured on an H200
 // (docs/BENCHMARKS.md section 8): with blocks lent on own streams

@@ -263,12 +263,7 @@ class FakeBackend final : public DeviceBackend {
     ev.done = false;
     ev.covers = order_[donor];
     ev.covers[donor] = ev.at;
-    ++order_waits;
-    for (const auto& [s, t] : ev.covers) {
-      std::uint64_t& mine = order_[waiter][s];
-      mine = std::max(mine, t);
-    }
-    order_log.push_back({waiter, donor, e, ev.at, ++clock_});
+    wait_for(waiter, e);
     return kSuccess;
   }
   // A progress mark: a plain record, refused as order_streams is.
@@ -287,18 +282,23 @@ class FakeBackend final : public DeviceBackend {
     if (orders_unsupported_) return kNotSupported;
     if (unnameable_.count(waiter) != 0) return kInvalidValue;
     if (refuse_orders_ || refuse_fences_) return kNotReady;
-    const Event& ev = get(e);
-    if (!ev.recorded) return kInvalidValue;
+    if (!get(e).recorded) return kInvalidValue;
     ++mark_waits;
+    wait_for(waiter, e);
+    return kSuccess;
+  }
+  // `waiter`'s clock takes recorded event `e`'s: what it covers, and its
+  // own stream up to the record's tick; logged as a wait.
+  void wait_for(StreamId waiter, EventId e) {
+    const Event& ev = get(e);
     ++order_waits;
-    std::map<StreamId, std::uint64_t> covers = ev.covers;
-    covers[ev.stream] = std::max(covers[ev.stream], ev.at);
-    for (const auto& [s, t] : covers) {
+    auto merge = [&](StreamId s, std::uint64_t t) {
       std::uint64_t& mine = order_[waiter][s];
       mine = std::max(mine, t);
-    }
+    };
+    for (const auto& [s, t] : ev.covers) merge(s, t);
+    merge(ev.stream, ev.at);
     order_log.push_back({waiter, ev.stream, e, ev.at, ++clock_});
-    return kSuccess;
   }
   // Whether all work enqueued on `waiter` from now on runs after all work
   // enqueued on `donor` before tick t + 1 (see above).
